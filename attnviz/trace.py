@@ -1,0 +1,235 @@
+"""Trace: tokenise once, run the model once, keep every per-layer intermediate; self-check.
+
+The layer inputs come from the model's own hidden_states; each layer is then recomputed by the one
+functional forward (models/forward.py), which returns what the methods need (attention, value
+vectors, per-head transformed vectors f^h(x_j), norm statistics, FFN pre-activations). The recomputed
+layer outputs and attention are compared with the model's, and the error is kept in the Trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .errors import InputError
+from .models.forward import apply_norm, layer_forward, rope_for, run_layers
+from .models.load import CHECK_TOL, PROBE, LoadedModel, SelfCheck
+
+DEFAULT_MAX_TOKENS = 128
+
+
+@dataclass
+class Encoded:
+    """A tokenised text: ids [1, n], token strings, special-token mask [n], target position."""
+
+    ids: torch.Tensor
+    tokens: list
+    special: np.ndarray
+    target: int
+    text: str
+    notes: list = field(default_factory=list)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def encode(lm: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, target: Optional[int] = None) -> Encoded:
+    """text -> Encoded; raises InputError with a one-line message for unusable text."""
+    if text is None or not str(text).strip():
+        raise InputError("the text is empty: type a sentence")
+    text = str(text).strip()
+    tok = lm.tokenizer
+    notes = []
+    mask_tok = getattr(tok, "mask_token", None)
+    if "[MASK]" in text and mask_tok and mask_tok != "[MASK]":
+        text = text.replace("[MASK]", mask_tok)
+        notes.append(f"[MASK] was written as this model's mask token {mask_tok}")
+    if lm.task == "causal_lm" and (mask_tok or "[MASK]") in text:
+        cut = text.index(mask_tok or "[MASK]")
+        text = text[:cut].strip()
+        notes.append("a causal model predicts the next token: the text was cut before [MASK]")
+        if not text:
+            raise InputError("nothing comes before [MASK]: a causal model needs a prompt before the blank")
+    cap = min(int(max_tokens), lm.max_tokens)
+    enc = tok(text, return_tensors="pt", truncation=False)
+    ids = enc["input_ids"]
+    n = ids.shape[1]
+    if n > cap:
+        raise InputError(f"the text is {n} tokens long; the limit is {cap} tokens "
+                         f"(model maximum {lm.max_tokens}, app cap {max_tokens}): shorten it")
+    id_list = ids[0].tolist()
+    special_ids = set(tok.all_special_ids) - ({tok.mask_token_id} if getattr(tok, "mask_token_id", None) is not None else set())
+    special = np.array([i in special_ids for i in id_list], dtype=bool)
+    if n == 0 or special.all():
+        raise InputError("the text has no tokens the model can read")
+    tokens = tok.convert_ids_to_tokens(id_list)
+    if target is None:
+        mask_id = getattr(tok, "mask_token_id", None)
+        masks = [i for i, t in enumerate(id_list) if mask_id is not None and t == mask_id]
+        if masks:
+            target = masks[0]
+            if len(masks) > 1:
+                notes.append(f"{len(masks)} [MASK] tokens: the first one is the target")
+        elif lm.task == "causal_lm" or getattr(tok, "cls_token_id", None) is None:
+            target = n - 1
+        else:
+            target = 0
+    if not 0 <= target < n:
+        raise InputError(f"target position {target} is outside the text (0..{n - 1})")
+    return Encoded(ids=ids, tokens=tokens, special=special, target=int(target), text=text, notes=notes)
+
+
+@dataclass
+class Trace:
+    """Per-layer intermediates of one sentence (batch dimension removed).
+
+    layers[l]: dict with x [n,d] (layer input), h [n,d] (attention input: x, or norm1(x) pre-LN),
+    probs [H,n,n], v [Hkv,n,dh], attn_out [n,d] (includes b_O), resid [n,d] (x + attn_out),
+    mid [n,d] (post-LN: norm1(resid)), ffn_in, ffn_pre [n,I], ffn_hidden [n,I], ffn_out [n,d],
+    resid2 [n,d], out [n,d]. fx[l]: f^h(x_j) = (h_j W_V^h + b_V^h) W_O^h as [H,n,d].
+    """
+
+    lm: LoadedModel
+    enc: Encoded
+    layers: list
+    fx: list
+    weights: list
+    hidden_states: list  # the model's own, [n,d] each, L+1 entries
+    attentions: list  # the model's own, [H,n,n] each
+    logits: Optional[torch.Tensor]  # the model's own at the target: [V] or [C]; None for plain encoders
+    final_hidden: torch.Tensor  # [n,d] model's last hidden state
+    layer_err: list
+    attn_err: float
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def target(self) -> int:
+        return self.enc.target
+
+    @property
+    def tokens(self) -> list:
+        return self.enc.tokens
+
+    @property
+    def placement(self) -> str:
+        return self.lm.arch.placement
+
+    @property
+    def max_rel_err(self) -> float:
+        return max(self.layer_err) if self.layer_err else 0.0
+
+    def attention(self) -> np.ndarray:
+        """[L, H, n, n] attention probabilities (the model's own)."""
+        return np.stack([a.numpy() for a in self.attentions])
+
+    def output_probs(self) -> Optional[np.ndarray]:
+        if self.logits is None:
+            return None
+        return torch.softmax(self.logits.double(), -1).numpy()
+
+
+def hf_forward(lm: LoadedModel, ids: torch.Tensor, **kw):
+    """The model's own forward with hidden states and attentions; raises if attentions are missing."""
+    with torch.inference_mode():
+        out = lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True,
+                       output_attentions=True, **kw)
+    if not out.attentions or any(a is None for a in out.attentions):
+        raise RuntimeError("the model returned no attention probabilities; it must be loaded with "
+                           "attn_implementation='eager'")
+    return out
+
+
+def _output_logits(lm: LoadedModel, out):
+    logits = getattr(out, "logits", None)
+    return logits
+
+
+def trace(lm: LoadedModel, text_or_enc, dtype: torch.dtype = torch.float32, max_tokens: int = DEFAULT_MAX_TOKENS,
+          target: Optional[int] = None) -> Trace:
+    """text -> Trace (the model's own forward once, then our per-layer recomputation)."""
+    enc = text_or_enc if isinstance(text_or_enc, Encoded) else encode(lm, text_or_enc, max_tokens, target)
+    out = hf_forward(lm, enc.ids)
+    hs = [h[0] for h in out.hidden_states]
+    atts = [a[0] for a in out.attentions]
+    logits = _output_logits(lm, out)
+    if logits is not None:
+        logits = logits[0, enc.target] if logits.dim() == 3 else logits[0]
+    tr_layers, fx, errs = [], [], []
+    attn_err = 0.0
+    if lm.arch is not None:
+        weights = lm.layers(dtype)
+        with torch.inference_mode():
+            x0 = hs[0].to(dtype).unsqueeze(0)
+            rope = rope_for(lm.arch, x0)
+            L = len(weights)
+            for li, w in enumerate(weights):
+                x = hs[li].to(dtype).unsqueeze(0)
+                r = layer_forward(w, x, rope=rope)
+                r = {k: (v[0] if v is not None else None) for k, v in r.items()}
+                tr_layers.append(r)
+                fx.append(per_head_vectors(w, r["v"]))
+                ref = hs[li + 1]
+                mine = r["out"]
+                if li == L - 1 and lm.arch.final_norm is not None:
+                    mine = apply_norm(mine, lm.arch.final_norm if dtype == torch.float32 else _cast_norm(lm.arch.final_norm, dtype))
+                errs.append(_rel(mine.float(), ref.float()))
+                attn_err = max(attn_err, float((r["probs"].float() - atts[li].float()).abs().max()))
+    else:
+        weights = []
+    return Trace(lm=lm, enc=enc, layers=tr_layers, fx=fx, weights=weights, hidden_states=hs, attentions=atts,
+                 logits=logits, final_hidden=hs[-1], layer_err=errs, attn_err=attn_err, dtype=dtype)
+
+
+def _cast_norm(nrm, dtype):
+    from .models.families import Norm
+    return Norm(nrm.kind, nrm.weight.to(dtype), None if nrm.bias is None else nrm.bias.to(dtype), nrm.eps)
+
+
+def per_head_vectors(w, v: torch.Tensor) -> torch.Tensor:
+    """v [Hkv, n, dh] (value vectors incl. b_V) -> f^h(x_j) = v^h_j W_O^h as [H, n, d] (no b_O)."""
+    H, dh = w.n_heads, w.head_dim
+    rep = H // w.n_kv_heads
+    v_full = v.repeat_interleave(rep, dim=0) if rep > 1 else v
+    wo = w.wo.reshape(H, dh, -1)
+    return torch.einsum("hnk,hkd->hnd", v_full, wo)
+
+
+def self_check(lm: LoadedModel, text: str = PROBE) -> SelfCheck:
+    """Chains our functional forward from the embeddings through every layer and the output head and
+    compares it with the model's own hidden states, attentions and logits (relative error)."""
+    try:
+        enc = encode(lm, text, max_tokens=lm.max_tokens)
+        out = hf_forward(lm, enc.ids)
+    except Exception as e:  # noqa: BLE001
+        return SelfCheck(False, float("inf"), reason=f"the probe sentence could not be run: {e}")
+    hs = out.hidden_states
+    with torch.inference_mode():
+        final, kept = run_layers(lm.arch, hs[0], keep=True)
+        per_layer = []
+        L = len(kept)
+        for li, r in enumerate(kept):
+            mine = final if li == L - 1 else r["out"]
+            per_layer.append(_rel(mine, hs[li + 1]))
+        attn_err = max(float((r["probs"] - a).abs().max()) for r, a in zip(kept, out.attentions))
+        logits_err = None
+        if lm.arch.head is not None and getattr(out, "logits", None) is not None:
+            logits_err = _rel(lm.arch.head(final), out.logits)
+    worst = max(per_layer)
+    reason = None
+    if worst > CHECK_TOL:
+        bad = int(np.argmax(per_layer))
+        reason = (f"our recomputation of layer {bad + 1} differs from the model's own output by "
+                  f"{per_layer[bad]:.1e} (relative; tolerance {CHECK_TOL:.0e})")
+    elif attn_err > CHECK_TOL:
+        reason = f"recomputed attention differs from the model's by {attn_err:.1e}"
+    elif logits_err is not None and logits_err > CHECK_TOL:
+        reason = f"recomputed output logits differ from the model's by {logits_err:.1e} (relative)"
+    ok = reason is None
+    return SelfCheck(ok, max(worst, logits_err or 0.0), per_layer, attn_err, logits_err, reason)
