@@ -1,0 +1,175 @@
+"""The built-in grammar, tokenizer and the shipped model assets/models/agreement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnviz.builtin import grammar, lexicon, load_eval_set
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "assets" / "models"
+SHIPPED = MODELS / "agreement"
+
+# (text, answer, wrong): the shipped model must rank the answer above the wrong word at [MASK].
+CASES = [
+    ("the keys to the cabinet [MASK] on the table.", "are", "is"),
+    ("the key to the cabinets [MASK] on the table.", "is", "are"),
+    ("the book that the students like [MASK] new.", "is", "are"),
+    ("the books that the student likes [MASK] new.", "are", "is"),
+    ("the key to the cabinets and the doors [MASK] on the table.", "is", "are"),
+    ("the girl with the dogs [MASK] a red ball.", "has", "have"),
+    ("the dogs near the house [MASK] quickly.", "run", "runs"),
+    ("the boys [MASK] happy.", "are", "is"),
+    ("the king talked to mary about [MASK] book.", "his", "her"),
+    ("mary showed john [MASK] garden.", "her", "his"),
+    ("the company told the workers about [MASK] plans.", "its", "their"),
+    ("the girls talked to the king about [MASK] house.", "their", "his"),
+    ("the queen who met john sold [MASK] horse.", "her", "his"),
+]
+
+
+def load_shipped(spec: str = "builtin:agreement"):
+    """(model, tokenizer) of a built-in model, loaded by plain transformers with eager attention.
+
+    Kept separate so the same checks can run on `attnviz.load_model(spec)` (see below)."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    folder = MODELS / spec.split(":", 1)[1]
+    model = AutoModelForMaskedLM.from_pretrained(str(folder), attn_implementation="eager")
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(str(folder))
+
+
+@torch.no_grad()
+def margins(model, tok, cases) -> list[float]:
+    """logit(answer) - logit(wrong) at the [MASK] of each case."""
+    out = []
+    for text, answer, wrong in cases:
+        enc = tok(text, return_tensors="pt")
+        pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero().item()
+        logits = model(**enc).logits[0, pos]
+        out.append(float(logits[tok.convert_tokens_to_ids(answer)]
+                         - logits[tok.convert_tokens_to_ids(wrong)]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    torch.set_num_threads(1)
+    return load_shipped()
+
+
+def test_shipped_model_predictions(shipped):
+    model, tok = shipped
+    m = margins(model, tok, CASES)
+    failed = [(c[0], c[1], round(x, 2)) for c, x in zip(CASES, m) if x <= 0]
+    assert not failed, failed
+
+
+def test_shipped_model_via_attnviz_load_model(shipped):
+    import attnviz
+
+    if not hasattr(attnviz, "load_model"):
+        pytest.skip("attnviz.load_model not available")
+    lm = attnviz.load_model("builtin:agreement")
+    m_ref = margins(*shipped, CASES[:4])
+    m = margins(lm.model, lm.tokenizer, CASES[:4])
+    assert m == pytest.approx(m_ref, abs=1e-4)
+
+
+def test_shipped_models_format_and_size():
+    for name in ("agreement", "agreement-seed1", "agreement-seed2"):
+        folder = MODELS / name
+        for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                  "vocab.txt", "README.md"):
+            assert (folder / f).is_file(), f"{name}/{f} missing"
+        assert (folder / "model.safetensors").stat().st_size <= 20e6
+
+
+def test_shipped_config_is_abnar_zuidema_setting(shipped):
+    c = shipped[0].config
+    assert (c.model_type, c.num_hidden_layers, c.num_attention_heads, c.hidden_size) == \
+        ("bert", 6, 8, 128)
+    assert c.max_position_embeddings == 128
+
+
+def test_oov_word_is_split_not_dropped(shipped):
+    _, tok = shipped
+    toks = tok.tokenize("the xylophones are here.")
+    assert "[UNK]" not in toks
+    assert toks[0] == "the" and toks[-3:] == ["are", "here", "."]
+    assert len(toks) > 5  # "xylophones" became several pieces
+    assert tok.convert_tokens_to_string(toks[1:-3]).replace(" ", "") == "xylophones"
+    assert tok.tokenize("a € sign") == ["a", "[UNK]", "sign"]  # odd character: visible [UNK]
+
+
+def test_every_grammar_word_is_one_token(shipped):
+    _, tok = shipped
+    vocab = tok.get_vocab()
+    missing = [w for w in lexicon.all_word_forms() if w not in vocab]
+    assert not missing
+    for p in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!", "'", "7"):
+        assert p in vocab
+
+
+def test_lexicon_size():
+    forms = lexicon.all_word_forms()
+    assert len(forms) >= 2000
+    assert {"king", "kings", "queen", "runs", "run", "is", "are", "has", "have",
+            "mary", "john"} <= set(forms)
+    assert len(lexicon.MALE_NAMES) >= 100 and len(lexicon.FEMALE_NAMES) >= 100
+
+
+def test_inflection_rules():
+    assert [lexicon.plural(w) for w in ("key", "box", "city", "man", "knife", "day")] == \
+        ["keys", "boxes", "cities", "men", "knives", "days"]
+    assert [lexicon.third_singular(w) for w in ("run", "watch", "carry", "have", "go")] == \
+        ["runs", "watches", "carries", "has", "goes"]
+    assert [lexicon.past(w) for w in ("talk", "show", "stop", "give", "carry")] == \
+        ["talked", "showed", "stopped", "gave", "carried"]
+
+
+@pytest.mark.parametrize("task", grammar.TASKS)
+def test_grammar_is_deterministic_and_well_formed(task):
+    a = grammar.generate(task, 300, seed=7)
+    assert a == grammar.generate(task, 300, seed=7)
+    assert a != grammar.generate(task, 300, seed=8)
+    keys = {"text", "answer", "wrong", "task", "construction", "n_attractors"}
+    for it in a:
+        assert keys <= set(it)
+        assert it["text"].count("[MASK]") == 1
+        assert it["task"] == task and it["answer"] != it["wrong"]
+        assert isinstance(it["n_attractors"], int) and it["n_attractors"] <= it["n_intervening"]
+    atts = {it["n_attractors"] for it in a}
+    assert atts == (set(range(5)) if task == "agreement" else set(range(4)))
+
+
+@pytest.mark.parametrize("task", grammar.TASKS)
+def test_train_and_test_splits_do_not_overlap(task):
+    test = {it["text"] for it in grammar.generate(task, 1000, seed=0, split="test")}
+    shipped = {it["text"] for it in load_eval_set(task)}
+    for seed in (0, 1, 2):
+        train = {it["text"] for it in grammar.generate(task, 4000, seed=seed, split="train")}
+        assert not train & test
+        assert not train & shipped
+
+
+def test_pronoun_wrong_is_nearest_attractor():
+    it = next(i for i in grammar.generate("pronoun", 200, seed=1)
+              if i["construction"] == "about" and i["n_attractors"] == 1)
+    assert it["wrong"] != it["answer"]
+    items = grammar.generate("pronoun", 500, seed=2)
+    assert {i["answer"] for i in items} == {"his", "her", "its", "their"}
+
+
+def test_eval_sets_shipped():
+    agr, pro = load_eval_set("agreement"), load_eval_set("pronoun")
+    assert len(agr) >= 1000 and len(pro) >= 500
+    assert len({i["text"] for i in agr}) == len(agr)
+    assert sum(i["n_attractors"] >= 2 for i in agr) >= 500
+    assert len(load_eval_set("agreement", n=200)) == 200
+    with pytest.raises(ValueError):
+        load_eval_set("sentiment")
