@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import attention, attn_res, attn_res_ln, flow as _flow, rollout as _rollout, value_norm
+from . import atb_ff
 from .base import Map, with_residual
 from .flow import flow
 from .rollout import rollout
@@ -34,6 +35,12 @@ METHODS = {
                            "attention + residual, norm (Kobayashi et al. 2021)"),
     "attn_res_ln": MethodInfo("attn_res_ln", "ATTNRESLN", attn_res_ln.compute, False, False, True,
                               "attention + residual + LayerNorm, norm (Kobayashi et al. 2021)"),
+    "atb_ff": MethodInfo("atb_ff", "ATBFF", atb_ff.compute_ff, False, False, True,
+                         "attention block, then the FFN split by integrated gradients, norm (Kobayashi et al. 2024)"),
+    "atb_ff_res": MethodInfo("atb_ff_res", "ATBFFRES", atb_ff.compute_ff_res, False, False, True,
+                             "attention block + FFN + second residual, norm (Kobayashi et al. 2024)"),
+    "atb_ff_res_ln": MethodInfo("atb_ff_res_ln", "ATBFFRESLN", atb_ff.compute_ff_res_ln, False, False, True,
+                                "the whole layer: + second LayerNorm (post-LN), norm (Kobayashi et al. 2024)"),
 }
 
 __all__ = ["METHODS", "MethodInfo", "Map", "flow", "rollout", "with_residual"]

@@ -1,0 +1,106 @@
+"""Context mixing beyond one map: contextualization change between two maps, and mixing ratios
+averaged over a corpus of sentences (Kobayashi et al. 2021, 2024)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from .errors import InputError
+from .methods import atb_ff
+from .methods import mixing as _mixing
+
+SENTENCES_FILE = Path(__file__).parent / "builtin" / "data" / "ordinary_sentences.txt"
+ALL_RATIOS = _mixing.NAMES + tuple(atb_ff.RATIO_NAMES.values())
+
+
+def contextualization_change(a: np.ndarray, b: np.ndarray, causal: bool = False) -> np.ndarray:
+    """a, b [L, n, n] maps -> [L] with 1 - Spearman ρ(flatten(a_l), flatten(b_l)) per layer.
+
+    causal=True compares only the entries j <= i (a causal model's upper triangle is zero in both
+    maps by construction, and its ties would inflate ρ). Ties get average ranks. A layer whose
+    flattened map is constant in either input gives nan.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 3 or a.shape[1] != a.shape[2]:
+        raise ValueError(f"expected two maps of the same shape [L, n, n], got {a.shape} and {b.shape}")
+    n = a.shape[-1]
+    keep = np.tril(np.ones((n, n), dtype=bool)) if causal else np.ones((n, n), dtype=bool)
+    out = np.empty(a.shape[0])
+    for l in range(a.shape[0]):
+        x, y = a[l][keep], b[l][keep]
+        if np.ptp(x) == 0 or np.ptp(y) == 0:
+            out[l] = np.nan
+        else:
+            out[l] = 1.0 - spearmanr(x, y).statistic
+    return out
+
+
+def all_ratios(trace, steps: int = atb_ff.DEFAULT_STEPS) -> dict:
+    """Trace -> {name: [L, n]} for the five attention-block ratios and the three FFN ones."""
+    out = dict(_mixing.ratios(trace))
+    out.update(atb_ff.ratios(trace, steps))
+    return out
+
+
+def load_sentences(path=None, limit: Optional[int] = None) -> list:
+    """-> the built-in ordinary English sentences (one a line; blank lines and # comments skipped)."""
+    p = Path(path) if path is not None else SENTENCES_FILE
+    if not p.exists():
+        raise InputError(f"the sentence file {p} does not exist")
+    lines = [s.strip() for s in p.read_text(encoding="utf-8").splitlines()]
+    lines = [s for s in lines if s and not s.startswith("#")]
+    return lines[:limit] if limit is not None else lines
+
+
+@dataclass
+class CorpusMixing:
+    """Per-layer mean ratios over every token of every sentence: per_layer {name: [L]}; overall
+    {name: mean over all (sentence, layer, token)}; n_sentences, n_tokens (per layer)."""
+
+    per_layer: dict
+    overall: dict
+    n_sentences: int
+    n_tokens: int
+    max_completeness: float  # worst ATBFFRESLN completeness error met on the corpus
+    skipped: list = field(default_factory=list)  # (sentence, reason)
+
+
+def corpus_mixing(lm, sentences: Sequence[str], steps: int = atb_ff.DEFAULT_STEPS, max_tokens: int = 128,
+                  exclude_special: bool = False, dtype: torch.dtype = torch.float32,
+                  progress: Optional[Callable[[int, int], None]] = None) -> CorpusMixing:
+    """Model + sentences -> CorpusMixing (token-weighted means, as Kobayashi et al. 2021 pooled them:
+    every non-pad token including [CLS]/[SEP] unless exclude_special). progress(done, total)."""
+    from .trace import trace as _trace
+
+    if not lm.decompositions_ok:
+        raise InputError(f"context mixing needs the decomposition methods, disabled for this model: "
+                         f"{lm.disabled_reason}")
+    sums, count, worst, skipped, used = None, 0, 0.0, [], 0
+    total = len(sentences)
+    for k, s in enumerate(sentences):
+        try:
+            tr = _trace(lm, s, dtype=dtype, max_tokens=max_tokens)
+        except InputError as e:
+            skipped.append((s, str(e)))
+            continue
+        rat = all_ratios(tr, steps)
+        keep = ~tr.enc.special if exclude_special else np.ones(len(tr.tokens), dtype=bool)
+        if sums is None:
+            sums = {name: np.zeros(v.shape[0]) for name, v in rat.items()}
+        for name, v in rat.items():
+            sums[name] += v[:, keep].sum(1)
+        count += int(keep.sum())
+        used += 1
+        worst = max(worst, max(atb_ff.analyse(tr, steps)["maps"]["atb_ff_res_ln"].meta["completeness"]))
+        if progress:
+            progress(k + 1, total)
+    if not count:
+        raise InputError("none of the sentences could be analysed")
+    per_layer = {name: v / count for name, v in sums.items()}
+    return CorpusMixing(per_layer, {name: float(v.mean()) for name, v in per_layer.items()}, used, count,
+                        worst, skipped)
