@@ -1,0 +1,409 @@
+"""Plotly figure builders and the view transforms behind them: arrays in, figures out, no Streamlit.
+
+Conventions (DESIGN.md §2): a map is [n, n] with row i the receiving token and column j the source;
+layers count from 1 in titles. Every token label carries its position ("3·the"), because plotly
+merges duplicate category labels, and is HTML-escaped, because plotly interprets a small HTML subset
+in labels: tokens are always shown as text.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+SEP = "·"
+SEQ_COLORS = "Blues"
+HIGHLIGHT = "#d62728"
+MAX_CELL_TEXT = 24  # write the value inside each heatmap cell up to this many tokens
+MAX_GRAPH_TOKENS = 40  # the layered graph is unreadable (and slow) beyond this
+
+
+# ----------------------------------------------------------------------------------------- labels
+
+def clean_token(tok: str) -> str:
+    """A token as plain, escaped text: plotly shows '<b>' literally, never as markup."""
+    return html.escape(str(tok), quote=False)
+
+
+def token_labels(tokens: Sequence[str], positions: Optional[Sequence[int]] = None) -> list:
+    """tokens [n] -> ["0·[CLS]", "1·the", ...] (position first, token escaped)."""
+    positions = range(len(tokens)) if positions is None else positions
+    return [f"{p}{SEP}{clean_token(t)}" for p, t in zip(positions, tokens)]
+
+
+# ------------------------------------------------------------------------------------ word groups
+
+_CONT_PREFIX = "##"
+_START_MARKS = ("Ġ", "▁")
+
+
+def word_groups(tokens: Sequence[str], special: Sequence[bool], word_ids: Optional[Sequence] = None) -> list:
+    """tokens [n] -> groups of positions, one per word: [[0], [1], [2, 3], ...].
+
+    word_ids (from a fast tokenizer, None for special tokens) decide when given and consistent;
+    otherwise WordPiece continuations ("##x") join the previous token, and for byte-level /
+    SentencePiece vocabularies a token without a word-start mark ("Ġ", "▁") joins the previous one.
+    Special tokens are always alone.
+    """
+    n = len(tokens)
+    special = [bool(s) for s in special]
+    groups: list = []
+    if word_ids is not None and len(word_ids) == n:
+        last = None
+        for i, w in enumerate(word_ids):
+            if special[i] or w is None:
+                groups.append([i])
+                last = None
+            elif w == last:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+                last = w
+        return groups
+    byte_level = any(str(t).startswith(_START_MARKS) for t in tokens)
+    for i, t in enumerate(tokens):
+        t = str(t)
+        joins = False
+        if i > 0 and not special[i] and not special[i - 1]:
+            if t.startswith(_CONT_PREFIX):
+                joins = True
+            elif byte_level and not t.startswith(_START_MARKS):
+                joins = True
+        if joins:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def group_text(tokens: Sequence[str], group: Sequence[int]) -> str:
+    """Pieces of one word -> the word ("cab", "##inet" -> "cabinet"; "Ġcab", "inet" -> "cabinet")."""
+    out = []
+    for k, i in enumerate(group):
+        t = str(tokens[i])
+        if k > 0 and t.startswith(_CONT_PREFIX):
+            t = t[len(_CONT_PREFIX):]
+        if k == 0 and t.startswith(_START_MARKS) and len(t) > 1:
+            t = t[1:]
+        out.append(t)
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------ view transform
+
+@dataclass
+class View:
+    """What is drawn: the kept positions grouped into display units, and the labels."""
+
+    groups: list  # [[positions]] per displayed row/column, in order
+    labels: list  # "pos·token" per group (escaped)
+    target: Optional[int]  # index into groups of the group holding the target, None if hidden
+
+    def apply(self, M: np.ndarray, rows_sum_to_one: bool) -> np.ndarray:
+        """M [n, n] -> [k, k]: rows of a word averaged over its pieces, columns summed over them;
+        rows renormalised to 1 when the method's rows sum to 1 (after hiding positions)."""
+        M = np.asarray(M, dtype=np.float64)
+        k = len(self.groups)
+        out = np.empty((k, k))
+        for a, ga in enumerate(self.groups):
+            rows = M[ga]
+            for b, gb in enumerate(self.groups):
+                out[a, b] = rows[:, gb].sum(1).mean()
+        if rows_sum_to_one:
+            s = out.sum(1, keepdims=True)
+            out = np.divide(out, s, out=np.zeros_like(out), where=s > 0)
+        return out
+
+    def apply_row(self, M: np.ndarray, rows_sum_to_one: bool) -> np.ndarray:
+        """The target group's row of apply(M) -> [k] (empty when the target is hidden)."""
+        if self.target is None:
+            return np.zeros(0)
+        return self.apply(M, rows_sum_to_one)[self.target]
+
+
+def make_view(tokens: Sequence[str], special: Sequence[bool], target: Optional[int] = None,
+              hide_special: bool = False, merge_words: bool = False, word_ids: Optional[Sequence] = None) -> View:
+    """tokens [n] -> View. Hidden: special tokens (CLS/SEP/PAD) except the target position itself.
+    Merged: the pieces of a word become one row/column labelled with the first piece's position."""
+    special = np.asarray(special, dtype=bool)
+    if merge_words:
+        groups = word_groups(tokens, special, word_ids)
+    else:
+        groups = [[i] for i in range(len(tokens))]
+    if hide_special:
+        groups = [g for g in groups if not (len(g) == 1 and special[g[0]] and g[0] != target)]
+    labels = [f"{g[0]}{SEP}{clean_token(group_text(tokens, g) if len(g) > 1 else tokens[g[0]])}" for g in groups]
+    tgt = next((k for k, g in enumerate(groups) if target is not None and target in g), None)
+    return View(groups=groups, labels=labels, target=tgt)
+
+
+# ------------------------------------------------------------------------------------ heatmaps
+
+def _hover(value_name: str = "value") -> str:
+    return ("row (receives): %{y}<br>column (source): %{x}<br>" + value_name + ": %{z:.4g}<extra></extra>")
+
+
+def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence[str],
+             value_names: Optional[Sequence[str]] = None, target: Optional[int] = None,
+             cell_text: Optional[bool] = None, height: Optional[int] = None) -> go.Figure:
+    """k maps [n, n] with shared token labels [n] -> one figure, k heatmaps side by side.
+
+    Each panel has its own colour scale from 0 to its maximum (methods have different units); the
+    target row's label is marked with an arrow on the y axis. Values are written in the cells when
+    n <= MAX_CELL_TEXT (or cell_text=True).
+    """
+    k = len(mats)
+    n = len(labels)
+    value_names = list(value_names or ["value"] * k)
+    cell_text = n <= MAX_CELL_TEXT if cell_text is None else cell_text
+    fig = make_subplots(rows=1, cols=k, shared_yaxes=True, horizontal_spacing=0.02 if k > 1 else 0.0,
+                        subplot_titles=list(titles))
+    for c, (M, vname) in enumerate(zip(mats, value_names)):
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape != (n, n):
+            raise ValueError(f"map {c} has shape {M.shape}, expected ({n}, {n}) for {n} labels")
+        zmax = float(np.nanmax(M)) if M.size and np.isfinite(M).any() else 1.0
+        if not zmax > 0:
+            zmax = 1.0
+        dom_x = fig.layout[f"xaxis{'' if c == 0 else c + 1}"].domain
+        hm = go.Heatmap(z=M, x=list(labels), y=list(labels), zmin=0.0, zmax=zmax, colorscale=SEQ_COLORS,
+                        coloraxis=None, hovertemplate=_hover(vname), name=titles[c],
+                        colorbar=dict(orientation="h", x=(dom_x[0] + dom_x[1]) / 2, xanchor="center",
+                                      y=1.0, yanchor="bottom", yref="paper", len=(dom_x[1] - dom_x[0]) * 0.9,
+                                      thickness=8, tickfont=dict(size=9)),
+                        xgap=1, ygap=1)
+        if cell_text:
+            hm.update(texttemplate="%{z:.2f}", textfont=dict(size=8 if n > 14 else 10))
+        fig.add_trace(hm, row=1, col=c + 1)
+        fig.update_xaxes(tickangle=-60, type="category", row=1, col=c + 1, title_text="source (column j)",
+                         title_font=dict(size=11), tickfont=dict(size=10))
+    fig.update_yaxes(autorange="reversed", type="category", tickfont=dict(size=10))
+    fig.update_yaxes(title_text="receiving (row i)", title_font=dict(size=11), row=1, col=1)
+    if target is not None and 0 <= target < n:
+        fig.add_annotation(x=0, xref="paper", xanchor="right", xshift=-2, y=labels[target], yref="y",
+                           text="▶", showarrow=False, font=dict(color=HIGHLIGHT, size=12))
+    # subplot titles above the colour bars
+    for ann in fig.layout.annotations[:k]:
+        ann.update(yshift=34, font=dict(size=13))
+    side = max(260, 22 * n + 40)
+    fig.update_layout(height=height or side + 200, margin=dict(l=10, r=10, t=90, b=10),
+                      plot_bgcolor="white")
+    return fig
+
+
+def heatmap(M: np.ndarray, labels: Sequence[str], title: str = "", value_name: str = "value",
+            target: Optional[int] = None) -> go.Figure:
+    """One map [n, n] -> a heatmap (see heatmaps)."""
+    return heatmaps([M], labels, [title], [value_name], target=target)
+
+
+def row_bars(rows: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence[str],
+             value_names: Optional[Sequence[str]] = None, target: Optional[int] = None,
+             title: str = "") -> go.Figure:
+    """k rows [n] (one per method) -> stacked bar charts sharing the token axis."""
+    k = len(rows)
+    value_names = list(value_names or ["value"] * k)
+    fig = make_subplots(rows=k, cols=1, shared_xaxes=True, vertical_spacing=0.06 if k > 1 else 0.0,
+                        subplot_titles=list(titles))
+    for r, (row, vname) in enumerate(zip(rows, value_names)):
+        row = np.asarray(row, dtype=np.float64)
+        colors = [HIGHLIGHT if j == target else "#1f77b4" for j in range(len(labels))]
+        fig.add_trace(go.Bar(x=list(labels), y=row, marker_color=colors, name=titles[r],
+                             text=[f"{v:.3f}" for v in row], textposition="outside", cliponaxis=False,
+                             hovertemplate="source: %{x}<br>" + vname + ": %{y:.4g}<extra></extra>"),
+                      row=r + 1, col=1)
+        fig.update_yaxes(title_text=vname, title_font=dict(size=10), row=r + 1, col=1,
+                         range=[0, max(1e-12, float(row.max()) if row.size else 1.0) * 1.25])
+    fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_layout(height=170 * k + 140, showlegend=False, title=title or None,
+                      margin=dict(l=10, r=10, t=60 if title else 30, b=10), plot_bgcolor="white")
+    return fig
+
+
+def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
+    """[(label, probability)] top-k -> horizontal bars, best on top, probabilities as text."""
+    labels = [f"{k + 1}{SEP}{clean_token(t)}" for k, (t, _) in enumerate(prediction)]
+    probs = [float(p) for _, p in prediction]
+    fig = go.Figure(go.Bar(x=probs, y=labels, orientation="h", marker_color="#2ca02c",
+                           text=[f"{p:.3f}" for p in probs], textposition="outside", cliponaxis=False,
+                           hovertemplate="%{y}: p = %{x:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(range=[0, 1.15], title_text="probability")
+    fig.update_layout(height=60 + 30 * max(1, len(labels)), title=title or None,
+                      margin=dict(l=10, r=10, t=40 if title else 10, b=10), plot_bgcolor="white")
+    return fig
+
+
+def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Sequence[str], title: str = "",
+              value_name: str = "value", layer_label: str = "all heads") -> go.Figure:
+    """heads [L, H, n, n] (and optionally layer maps [L, n, n]) -> an L x H (+1) grid of small heatmaps.
+
+    One colour scale for the whole grid (0 .. max). Trace k is layer k // C, column k % C (C = H or
+    H + 1; the last column holds the layer maps); each trace's `meta` is [layer (1-based), head
+    (1-based) or 0 for the layer map].
+    """
+    heads = np.asarray(heads, dtype=np.float64)
+    L, H = heads.shape[:2]
+    C = H + (1 if layer_maps is not None else 0)
+    zmax = float(max(heads.max(), 0 if layer_maps is None else np.asarray(layer_maps).max())) or 1.0
+    col_titles = [f"head {h + 1}" for h in range(H)] + ([layer_label] if layer_maps is not None else [])
+    fig = make_subplots(rows=L, cols=C, horizontal_spacing=0.006, vertical_spacing=0.012,
+                        column_titles=col_titles, row_titles=[f"layer {l + 1}" for l in range(L)])
+    for l in range(L):
+        for c in range(C):
+            is_layer = c == H
+            M = layer_maps[l] if is_layer else heads[l, c]
+            who = f"layer {l + 1}, {layer_label if is_layer else f'head {c + 1}'}"
+            fig.add_trace(go.Heatmap(z=M, x=list(labels), y=list(labels), zmin=0, zmax=zmax,
+                                     colorscale=SEQ_COLORS, showscale=(l == 0 and c == 0),
+                                     meta=[l + 1, 0 if is_layer else c + 1], name=who,
+                                     hovertemplate=who + "<br>row: %{y}<br>column: %{x}<br>" + value_name
+                                     + ": %{z:.4g}<extra></extra>",
+                                     colorbar=dict(title=dict(text=value_name, side="right"), len=0.3, y=1.0,
+                                                   yanchor="top", thickness=10)),
+                          row=l + 1, col=c + 1)
+    fig.update_xaxes(showticklabels=False, type="category", showgrid=False)
+    fig.update_yaxes(showticklabels=False, type="category", autorange="reversed", showgrid=False)
+    cell = 95 if C <= 9 else 75
+    fig.update_layout(height=cell * L + 80, title=title or None, margin=dict(l=10, r=40, t=70 if title else 40, b=10),
+                      clickmode="event+select")
+    fig.update_annotations(font_size=10)
+    return fig
+
+
+# ------------------------------------------------------------------------------------ flow graph
+
+def attention_graph(A: np.ndarray, tokens: Sequence[str], method: str = "rollout", output: Optional[int] = None,
+                    source: Optional[int] = None, top: Optional[int] = None):
+    """A [L, n, n] head-mean attention -> networkx DiGraph of the layered attention graph.
+
+    Nodes (l, i) for l = 0..top (top = L by default), attribute `label`; an edge (l, i) -> (l-1, j)
+    per pair with `weight` = Â_l[i, j], Â = (ᾱ + I) row-renormalised (the graph rollout and flow
+    use). With an `output` position, every edge also gets `through`: the amount of the output
+    node's (top, output) mass that goes through it, either to all inputs (source None) or to input
+    `source` only:
+      rollout: the rollout path mass U[output, i] Â_l[i, j] D[j, source] (U: product of the layers
+        above, D: rollout below; summed over one level it equals rollout[top][output, source], or 1),
+      flow: the edge flows of one maximum flow from (top, output) to (0, source) (to a super sink
+        joined to all inputs when source is None); summed over one level it is the max-flow value.
+    """
+    import networkx as nx
+
+    from .methods.base import with_residual
+
+    Ah = with_residual(np.asarray(A, dtype=np.float64))
+    L, n, _ = Ah.shape
+    top = L if top is None else int(top)
+    if not 1 <= top <= L:
+        raise ValueError(f"top layer {top} is outside 1..{L}")
+    G = nx.DiGraph(method=method, top=top, n=n, output=output, source=source)
+    for l in range(top + 1):
+        for i in range(n):
+            G.add_node((l, i), label=f"{i}{SEP}{clean_token(tokens[i])}", layer=l, pos=i)
+    for l in range(1, top + 1):
+        for i in range(n):
+            for j in range(n):
+                G.add_edge((l, i), (l - 1, j), weight=float(Ah[l - 1, i, j]), through=0.0)
+    if output is None:
+        return G
+    if method == "rollout":
+        # U_l[output, i]: mass arriving at (l, i) from the output node; D_l[j, source]: rollout below
+        U = np.zeros((top + 1, n))
+        U[top, output] = 1.0
+        for l in range(top, 0, -1):
+            U[l - 1] = U[l] @ Ah[l - 1]
+        D = np.zeros((top + 1, n))  # D[l][j] = rollout of layer l from node (l, j) to the source (or 1)
+        D[0] = 1.0 if source is None else np.eye(n)[source]
+        for l in range(1, top + 1):
+            D[l] = Ah[l - 1] @ D[l - 1]
+        for l in range(1, top + 1):
+            mass = U[l][:, None] * Ah[l - 1] * D[l - 1][None, :]
+            for i in range(n):
+                for j in range(n):
+                    G.edges[(l, i), (l - 1, j)]["through"] = float(mass[i, j])
+        G.graph["total"] = float(U[0] @ D[0])
+    elif method == "flow":
+        H = nx.DiGraph()
+        for u, v, d in G.edges(data=True):
+            H.add_edge(u, v, capacity=d["weight"])
+        sink = "sink"
+        if source is None:
+            for j in range(n):
+                H.add_edge((0, j), sink, capacity=float("inf"))
+        else:
+            sink = (0, source)
+        value, fd = nx.maximum_flow(H, (top, output), sink)
+        for u, v in G.edges():
+            G.edges[u, v]["through"] = float(fd[u].get(v, 0.0))
+        G.graph["total"] = float(value)
+    else:
+        raise ValueError(f"method must be 'rollout' or 'flow', got {method!r}")
+    return G
+
+
+def graph_figure(G, threshold: float = 0.05, title: str = "") -> go.Figure:
+    """DiGraph from attention_graph -> plotly figure: tokens x layers as nodes, edge width = weight,
+    edges with weight < threshold hidden; with an output chosen, edges carrying its mass are drawn
+    on top in red with width = mass (those under threshold x total hidden too).
+
+    Traces: grey edges grouped by width (name "edges w≈..."), red highlighted edges ("paths ..."),
+    then "edge values" (invisible midpoints with hover text, customdata [l, i, j, weight, through]),
+    and "tokens" (the nodes)."""
+    n, top = G.graph["n"], G.graph["top"]
+    highlight = G.graph.get("output") is not None
+    total = G.graph.get("total", 1.0) or 1.0
+    bins: dict = {}
+    red: dict = {}
+    mids_x, mids_y, mids_c, mids_t = [], [], [], []
+    for (l, i), (l2, j), d in G.edges(data=True):
+        w, t = d["weight"], d["through"]
+        shown = w >= threshold
+        hot = highlight and t / total >= threshold and t > 0
+        if not (shown or hot):
+            continue
+        seg = ([i, j, None], [l, l2, None])
+        if shown:
+            b = round(min(w, 1.0) * 8) / 8
+            xs, ys = bins.setdefault(b, ([], []))
+            xs.extend(seg[0]); ys.extend(seg[1])
+        if hot:
+            b = round(min(t / total, 1.0) * 8) / 8
+            xs, ys = red.setdefault(b, ([], []))
+            xs.extend(seg[0]); ys.extend(seg[1])
+        mids_x.append((i + j) / 2)
+        mids_y.append((l + l2) / 2)
+        mids_c.append([l, i, j, w, t])
+        mids_t.append(f"layer {l}: {G.nodes[(l, i)]['label']} ← {G.nodes[(l2, j)]['label']}<br>weight {w:.4f}"
+                      + (f"<br>carries {t:.4f} of the output's {total:.4f}" if highlight else ""))
+    fig = go.Figure()
+    for b in sorted(bins):
+        xs, ys = bins[b]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(width=0.5 + 6 * b, color="rgba(90,90,90,0.45)"),
+                                 hoverinfo="skip", name=f"edges w≈{b:.2f}", showlegend=False))
+    for b in sorted(red):
+        xs, ys = red[b]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(width=1 + 8 * b, color=HIGHLIGHT),
+                                 hoverinfo="skip", name=f"paths ≈{b:.2f}", showlegend=False, opacity=0.8))
+    fig.add_trace(go.Scatter(x=mids_x, y=mids_y, mode="markers", marker=dict(size=6, opacity=0),
+                             customdata=mids_c, hovertext=mids_t, hoverinfo="text", name="edge values",
+                             showlegend=False))
+    nx_, ny_, nt = [], [], []
+    for (l, i), d in G.nodes(data=True):
+        nx_.append(i); ny_.append(l); nt.append(d["label"])
+    out = G.graph.get("output")
+    colors = [HIGHLIGHT if (highlight and l == top and i == out) else "#1f77b4" for (l, i) in G.nodes()]
+    fig.add_trace(go.Scatter(x=nx_, y=ny_, mode="markers", marker=dict(size=10, color=colors, line=dict(width=1, color="white")),
+                             hovertext=[f"layer {l}: {t}" for l, t in zip(ny_, nt)], hoverinfo="text",
+                             name="tokens", showlegend=False))
+    labels = [G.nodes[(0, i)]["label"] for i in range(n)]
+    fig.update_xaxes(tickvals=list(range(n)), ticktext=labels, tickangle=-60, showgrid=False, zeroline=False,
+                     range=[-0.6, n - 0.4])
+    fig.update_yaxes(tickvals=list(range(top + 1)), ticktext=["input"] + [f"layer {l}" for l in range(1, top + 1)],
+                     showgrid=False, zeroline=False, range=[-0.4, top + 0.4])
+    fig.update_layout(height=110 * top + 220, title=title or None, plot_bgcolor="white",
+                      margin=dict(l=10, r=10, t=50 if title else 10, b=10), hovermode="closest")
+    return fig

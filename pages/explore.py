@@ -1,0 +1,127 @@
+"""Explore: the prediction, then the chosen methods' maps side by side for one layer and head."""
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz import METHODS, export, plots
+from pages import ui
+
+st.title("Explore")
+st.caption("Each map is read row by row: row *i* is the token that receives information, column *j* the "
+           "token it comes from. Pick methods to compare them on the same layer.")
+
+st.multiselect("Methods", list(METHODS), key="methods", persist_state="session", format_func=ui.method_label,
+               help="Several at once: they are drawn side by side with the same token axes. "
+                    "The About page explains each one.")
+
+a = ui.analysis()
+if a is None:
+    st.stop()
+
+# ---------------------------------------------------------------- prediction and notes
+left, right = st.columns([2, 3])
+with left:
+    tgt_label = plots.token_labels(a.tokens)[a.target]
+    if a.prediction:
+        what = "class" if a.output_kind == "sequence" else "token"
+        st.subheader(f"Prediction at {tgt_label}", anchor=False)
+        st.plotly_chart(plots.prediction_bars(a.prediction), key="prediction", config={"displayModeBar": False})
+        st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
+    else:
+        st.subheader(f"Target: {tgt_label}", anchor=False)
+        st.info("This model has no output head, so there is no prediction to show; the maps still show "
+                f"where the representation of {ui.plain(tgt_label)} comes from.", icon=":material/info:")
+with right:
+    positions = list(range(len(a.tokens)))
+    labels = plots.token_labels(a.tokens)
+
+    def _fmt(p):
+        return "automatic ([MASK], else the first token)" if p == ui.AUTO else labels[p]
+
+    st.selectbox("Row to explain (target position)", [ui.AUTO] + positions, key="target", persist_state="session", format_func=_fmt,
+                 help="The position whose prediction and row are shown. Automatic: the [MASK] token if "
+                      "there is one, else [CLS] for encoders and the last token for causal models.")
+    for note in a.notes:
+        st.caption(ui.plain(note))
+    for m, why in a.disabled.items():
+        st.warning(f"{ui.method_label(m)}: {ui.plain(why)}", icon=":material/block:")
+
+shown = [m for m in st.session_state.get("methods", []) if m in a.maps]
+if not shown:
+    st.info("Pick at least one method above to see its map.")
+    st.stop()
+
+
+# ---------------------------------------------------------------- maps (a fragment: sliders rerun only this)
+@st.fragment
+def maps_panel():
+    a = ui.analysis(ask=False)
+    if a is None:
+        return
+    shown = [m for m in st.session_state.get("methods", []) if m in a.maps]
+    if not shown:
+        return
+    L = a.n_layers
+    H = max((a.maps[m].heads.shape[1] for m in shown if a.maps[m].heads is not None), default=0)
+    ui.clamp_layer_head(L, H)
+    c1, c2, c3 = st.columns([3, 2, 2])
+    with c1:
+        st.slider("Layer", 1, L, key="layer", persist_state="session", help="Layers count from 1 (the first attention layer).")
+    with c2:
+        st.selectbox("Head", list(range(H + 1)), key="head", persist_state="session",
+                     format_func=lambda h: "all heads (layer map)" if h == 0 else f"head {h}",
+                     help="Per-head maps exist for raw attention and the value-weighted norm; the "
+                          "other methods always show their layer map.")
+    with c3:
+        st.toggle("Hide [CLS]/[SEP]", key="hide_special", persist_state="session",
+                  help="Drop special tokens' rows and columns; rows of attention, rollout and flow are "
+                       "renormalised to sum to 1.")
+        st.toggle("Merge word pieces", key="merge_words", persist_state="session",
+                  help="One row/column per word: columns are summed over a word's pieces, rows averaged.")
+    ui.sync_url()
+    l, h = st.session_state.layer - 1, st.session_state.head
+    view = ui.view_for(a)
+    mats, titles, units = [], [], []
+    for m in shown:
+        mp = a.maps[m]
+        if h and mp.heads is not None:
+            M, where = mp.heads[l, h - 1], f"head {h}"
+        else:
+            M = mp.layer[l]
+            where = "layer map" if mp.heads is not None or not h else "layer map (no per-head form)"
+        mats.append(view.apply(M, METHODS[m].rows_sum_to_one))
+        titles.append(f"{ui.method_label(m)} · layer {l + 1} · {where}")
+        units.append(ui.value_name(m))
+    fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target)
+    st.plotly_chart(fig, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    if view.target is not None:
+        tl = view.labels[view.target]
+        rows = [M[view.target] for M in mats]
+        bars = plots.row_bars(rows, view.labels, [f"{ui.method_label(m)}" for m in shown], units,
+                              target=view.target)
+        st.subheader(f"What {tl} draws from at layer {l + 1}", anchor=False)
+        st.caption("Row of the target position in each map above, one bar per source token.")
+        st.plotly_chart(bars, key="rowbars", config={"displayModeBar": False})
+    else:
+        bars = None
+        st.caption("The target position is hidden, so there is no row to show.")
+
+    with st.expander("Download", icon=":material/download:"):
+        stem = "attnviz_layer%d%s" % (l + 1, "" if not h else f"_head{h}")
+        d1, d2, d3, d4 = st.columns(4)
+        d1.download_button("Maps as PNG", lambda: export.figure_bytes(fig, "png"), file_name=stem + ".png",
+                           mime="image/png", on_click="ignore", key="dl_png")
+        d2.download_button("Maps as SVG", lambda: export.figure_bytes(fig, "svg"), file_name=stem + ".svg",
+                           mime="image/svg+xml", on_click="ignore", key="dl_svg")
+        d3.download_button("Analysis as JSON", lambda: export.to_json(a), file_name="attnviz_analysis.json",
+                           mime="application/json", on_click="ignore", key="dl_json")
+        d4.download_button("Analysis as NPZ", lambda: export.to_npz(a), file_name="attnviz_analysis.npz",
+                           mime="application/octet-stream", on_click="ignore", key="dl_npz")
+        if bars is not None:
+            st.download_button("Row bars as PNG", lambda: export.figure_bytes(bars, "png"),
+                               file_name=stem + "_row.png", mime="image/png", on_click="ignore", key="dl_row")
+        st.caption("JSON and NPZ hold the tokens, every computed map (all layers and heads), the prediction, "
+                   "the model spec and the attnviz version.")
+
+
+maps_panel()

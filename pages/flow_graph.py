@@ -1,0 +1,69 @@
+"""Flow graph: the layered attention graph (tokens x layers), with the paths feeding one output token."""
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz import plots
+from pages import ui
+
+st.title("Flow graph")
+st.caption("Nodes are tokens at each layer (input at the bottom); an edge from a token to a token one "
+           "layer below has the width of its weight ½·attention + ½·identity (the residual), the graph "
+           "that rollout and flow use. Red: how the chosen output token's information travels down.")
+
+a = ui.analysis(("attention",))
+if a is None:
+    st.stop()
+n = len(a.tokens)
+if n > plots.MAX_GRAPH_TOKENS:
+    st.warning(f"The text has {n} tokens; the graph is drawn for up to {plots.MAX_GRAPH_TOKENS}. "
+               "Shorten the sentence to see it.")
+    st.stop()
+
+L = a.n_layers
+labels = plots.token_labels(a.tokens)
+ss = st.session_state
+if ss.get("graph_method") not in ("rollout", "flow"):
+    ss.graph_method = "rollout"
+if not isinstance(ss.get("graph_top"), int) or not 1 <= ss.graph_top <= L:
+    ss.graph_top = L
+if ss.get("graph_output") not in range(n):
+    ss.graph_output = a.target
+if ss.get("graph_source") not in [ui.AUTO] + list(range(n)):
+    ss.graph_source = ui.AUTO
+if not isinstance(ss.get("graph_threshold"), float):
+    ss.graph_threshold = 0.05
+
+c1, c2, c3 = st.columns(3)
+c1.radio("Highlight by", ["rollout", "flow"], key="graph_method", persist_state="session", horizontal=True,
+         format_func={"rollout": "Rollout (all paths)", "flow": "Flow (one max flow)"}.get,
+         help="Rollout: the share of the output's mass that passes through each edge, summed over all "
+              "paths. Flow: the edge flows of one maximum flow (capacities = edge weights).")
+c2.selectbox("Output token (top)", list(range(n)), key="graph_output", persist_state="session", format_func=lambda i: labels[i])
+c3.selectbox("Input token (bottom)", [ui.AUTO] + list(range(n)), key="graph_source", persist_state="session",
+             format_func=lambda i: "all inputs" if i == ui.AUTO else labels[i])
+c4, c5 = st.columns(2)
+c4.slider("Top layer", 1, L, key="graph_top", persist_state="session")
+c5.slider("Hide edges below", 0.0, 0.5, step=0.01, key="graph_threshold", persist_state="session",
+          help="Grey edges with a weight under this value, and red edges carrying less than this share "
+               "of the output's total, are not drawn.")
+
+G = plots.attention_graph(a.maps["attention"].layer, a.tokens, method=ss.graph_method, output=ss.graph_output,
+                          source=None if ss.graph_source == ui.AUTO else ss.graph_source, top=ss.graph_top)
+src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
+fig = plots.graph_figure(G, threshold=ss.graph_threshold)
+st.plotly_chart(fig, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
+total = G.graph["total"]
+if ss.graph_method == "rollout":
+    st.caption(f"Rollout from {ui.plain(labels[ss.graph_output])} at layer {ss.graph_top} to {ui.plain(src)}: "
+               f"{total:.4f} (each level of red edges carries this much in total).")
+else:
+    st.caption(f"Maximum flow from {ui.plain(labels[ss.graph_output])} at layer {ss.graph_top} to {ui.plain(src)}: "
+               f"{total:.4f}. A maximum flow is not unique: this is one of them. Attention flow "
+               "divides each such value by the row's sum over all inputs.")
+with st.expander("Download", icon=":material/download:"):
+    from attnviz import export
+    st.download_button("Graph as PNG", lambda: export.figure_bytes(fig, "png"), file_name="attnviz_graph.png",
+                       mime="image/png", on_click="ignore", key="dl_graph_png")
+    st.download_button("Graph as SVG", lambda: export.figure_bytes(fig, "svg"), file_name="attnviz_graph.svg",
+                       mime="image/svg+xml", on_click="ignore", key="dl_graph_svg")

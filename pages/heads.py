@@ -1,0 +1,65 @@
+"""Heads: the model view, every layer x head as a small heatmap for one method; a click opens it on Explore."""
+from __future__ import annotations
+
+import streamlit as st
+
+from attnviz import METHODS, plots
+from pages import ui
+
+PER_HEAD = [m for m, info in METHODS.items() if info.per_head]
+
+st.title("Heads")
+st.caption("All layers (rows) and heads (columns) at once; the last column is the layer map. "
+           "Click a cell to open it large on Explore.")
+
+if st.session_state.get("heads_method") not in PER_HEAD:
+    st.session_state.heads_method = PER_HEAD[0]
+st.radio("Method", PER_HEAD, key="heads_method", persist_state="session", format_func=ui.method_label, horizontal=True,
+         help="Only these methods have a per-head form; the others are layer maps (see Explore).")
+method = st.session_state.heads_method
+
+a = ui.analysis((method,))
+if a is None:
+    st.stop()
+if method not in a.maps:
+    st.warning(f"{ui.method_label(method)} is not available for this model: "
+               f"{ui.plain(a.disabled.get(method, 'unknown reason'))}")
+    st.stop()
+
+mp = a.maps[method]
+L, H = mp.heads.shape[:2]
+view = ui.view_for(a)
+rs1 = METHODS[method].rows_sum_to_one
+heads = [[view.apply(mp.heads[l, h], rs1) for h in range(H)] for l in range(L)]
+layer_maps = [view.apply(mp.layer[l], rs1) for l in range(L)]
+import numpy as np  # noqa: E402
+
+fig = plots.head_grid(np.array(heads), np.array(layer_maps), view.labels, value_name=ui.value_name(method),
+                      layer_label="head mean" if method == "attention" else "layer map")
+
+
+def _open(layer: int, head: int) -> None:
+    st.session_state.layer = layer
+    st.session_state.head = head
+    if method not in st.session_state.get("methods", []):
+        st.session_state.methods = list(st.session_state.get("methods", [])) + [method]
+    st.session_state._goto_explore = True
+
+
+event = st.plotly_chart(fig, key="head_grid", on_select="rerun", selection_mode="points",
+                        config={"displayModeBar": False})
+points = (event or {}).get("selection", {}).get("points", []) if event else []
+if points:
+    k = points[0].get("curve_number", 0)
+    meta = fig.data[k].meta
+    _open(int(meta[0]), int(meta[1]))
+
+st.caption("Or pick a cell here:")
+c1, c2, c3 = st.columns([2, 2, 2])
+pick_l = c1.selectbox("Layer", list(range(1, L + 1)), key="heads_pick_layer")
+pick_h = c2.selectbox("Head", list(range(H + 1)), key="heads_pick_head",
+                      format_func=lambda h: "layer map" if h == 0 else f"head {h}")
+c3.button("Open on Explore", on_click=_open, args=(pick_l, pick_h), key="heads_open")
+
+if st.session_state.pop("_goto_explore", False):
+    st.switch_page("pages/explore.py")

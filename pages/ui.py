@@ -1,0 +1,333 @@
+"""Shared app state and helpers for every page: the model, the sentence, the cached analysis.
+
+Pages import it as `from pages import ui` and call ui.model(), ui.text(), ui.analysis(...). app.py
+calls ui.init_state(), ui.sidebar() and ui.sync_url() on every run.
+
+The state that makes a view lives in st.session_state under the keys of URL_KEYS (the widgets use
+these keys directly, with persist_state="session" so that the values survive page switches) and is mirrored in st.query_params under the names in URL_KEYS, so a URL
+reproduces the view.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Sequence
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+import attnviz
+from attnviz import METHODS, InputError, ModelLoadError
+from attnviz.models.load import builtin_names, packaged_available
+
+DEFAULT_SPEC = "builtin:agreement"
+FALLBACK_SPEC = "pkg:minilm"
+DEFAULT_CAP = int(os.environ.get("ATTNVIZ_MAX_TOKENS", "128"))
+FLOW_ASK_SECONDS = float(os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5"))
+
+PRESETS = {
+    "Verb number, no attractor": "the keys [MASK] on the table .",
+    "Verb number, 1 attractor": "the keys to the cabinet [MASK] on the table .",
+    "Verb number, 2 attractors": "the key to the cabinets near the doors [MASK] on the table .",
+    "Verb number, 3 attractors": "the keys to the cabinet near the door of the kitchen [MASK] on the table .",
+    "Pronoun resolution": "the queen who met the boys talked to the king about [MASK] garden .",
+    "No [MASK] (target = first token)": "the dogs in the garden are happy .",
+}
+DEFAULT_TEXT = PRESETS["Verb number, 1 attractor"]
+DEFAULT_METHODS = ["attention", "rollout", "attn_res_ln"]
+PRESET_NONE = "— pick an example —"
+AUTO = -1  # the target / source pickers' "automatic" / "all" choice
+
+# session-state key -> query-parameter name
+URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "layer", "head": "head",
+            "target": "target", "hide_special": "hide", "merge_words": "merge"}
+
+VALUE_NAMES = {"attention": "attention weight", "rollout": "rollout share", "flow": "flow share",
+               "value_norm": "‖α f(x)‖", "attn_res": "‖z‖ (attn + residual)", "attn_res_ln": "‖g(z)‖ (after LN)"}
+
+
+# ------------------------------------------------------------------------------------ text helpers
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:])")
+
+
+def plain(s) -> str:
+    """Any string -> markdown that shows exactly that text (no formatting, no HTML, no directives)."""
+    return _MD_SPECIAL.sub(r"\\\1", str(s)).replace("\n", " ")
+
+
+def show_error(e: Exception) -> None:
+    """One-line error box: the exception's message as plain text."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    st.error(plain(msg), icon=":material/error:")
+
+
+def method_label(name: str) -> str:
+    info = METHODS.get(name)
+    return info.label if info else name
+
+
+def value_name(name: str) -> str:
+    return VALUE_NAMES.get(name, "value")
+
+
+# ------------------------------------------------------------------------------------ state
+
+def default_spec() -> str:
+    """builtin:agreement when its folder exists, else the packaged MiniLM."""
+    return DEFAULT_SPEC if DEFAULT_SPEC.split(":", 1)[1] in builtin_names() else FALLBACK_SPEC
+
+
+def _parse_int(v, default):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def init_state() -> None:
+    """Once per browser session: fill the view state from the URL, then defaults."""
+    ss = st.session_state
+    if ss.get("_init"):
+        return
+    qp = st.query_params
+    spec_q = qp.get("model")
+    if spec_q:
+        ss.spec = spec_q
+    else:
+        ss.spec = default_spec()
+        if ss.spec != DEFAULT_SPEC:
+            ss._fallback_note = (f"The built-in model '{DEFAULT_SPEC}' is not installed (no folder "
+                                 f"assets/models/agreement): showing '{ss.spec}' instead.")
+    ss.text = qp.get("text", DEFAULT_TEXT)
+    methods = [m for m in (qp.get("methods") or "").split(",") if m in METHODS]
+    ss.methods = methods if "methods" in qp else list(DEFAULT_METHODS)
+    ss.layer = max(1, _parse_int(qp.get("layer"), 1))
+    head = qp.get("head", "all")
+    ss.head = 0 if head in ("all", "0", "", None) else max(0, _parse_int(head, 0))
+    t = qp.get("target")
+    ss.target = AUTO if t in (None, "", "auto") else max(AUTO, _parse_int(t, AUTO))
+    ss.hide_special = qp.get("hide", "0") in ("1", "true", "yes")
+    ss.merge_words = qp.get("merge", "0") in ("1", "true", "yes")
+    ss.cap = DEFAULT_CAP
+    ss.preset = PRESET_NONE
+    ss._init = True
+
+
+def url_state() -> dict:
+    """The query parameters that reproduce the current view."""
+    ss = st.session_state
+    return {"model": spec(), "text": text(), "methods": ",".join(ss.get("methods", [])),
+            "layer": str(ss.get("layer", 1)), "head": "all" if not ss.get("head") else str(ss.head),
+            "target": "auto" if target() is None else str(target()),
+            "hide": "1" if ss.get("hide_special") else "0", "merge": "1" if ss.get("merge_words") else "0"}
+
+
+def sync_url() -> None:
+    """Mirror the view state into st.query_params (only keys whose value changed)."""
+    want = url_state()
+    for k, v in want.items():
+        if st.query_params.get(k) != v:
+            st.query_params[k] = v
+
+
+def spec() -> str:
+    """The current model spec (session state, set from the URL or the pickers)."""
+    s = st.session_state.get("spec")
+    return s if s else default_spec()
+
+
+def text() -> str:
+    """The current sentence."""
+    t = st.session_state.get("text")
+    return DEFAULT_TEXT if t is None else str(t)
+
+
+def cap() -> int:
+    return int(st.session_state.get("cap", DEFAULT_CAP) or DEFAULT_CAP)
+
+
+def target():
+    """The chosen row (target position), None for automatic ([MASK], else [CLS] / the last token)."""
+    t = st.session_state.get("target", AUTO)
+    return None if t is None or t == AUTO else int(t)
+
+
+def _reset_target() -> None:
+    st.session_state.target = AUTO
+
+
+def _apply_preset() -> None:
+    choice = st.session_state.get("preset")
+    if choice in PRESETS:
+        st.session_state.text = PRESETS[choice]
+        st.session_state.target = AUTO
+    st.session_state.preset = PRESET_NONE
+
+
+def set_spec(new_spec: str) -> None:
+    """Switch model (from a callback): forget the chosen row and any cached load error."""
+    st.session_state.spec = new_spec
+    st.session_state.target = AUTO
+    st.session_state.get("_load_errors", {}).pop(new_spec, None)
+
+
+def known_specs() -> list:
+    out = [f"builtin:{n}" for n in builtin_names()]
+    if packaged_available("minilm"):
+        out.append(FALLBACK_SPEC)
+    if spec() not in out:
+        out.append(spec())
+    return out
+
+
+def _spec_label(s: str) -> str:
+    if s == FALLBACK_SPEC:
+        return "pkg:minilm — pretrained MiniLM (no output head)"
+    if s.startswith("builtin:"):
+        return f"{s} — built-in"
+    return s
+
+
+def sidebar() -> None:
+    """The model picker and the sentence box shared by all pages."""
+    with st.sidebar:
+        st.selectbox("Model", known_specs(), key="spec", format_func=_spec_label, on_change=_reset_target,
+                     help="More choices (a local folder, a Hugging Face id) on the Model page.")
+        note = st.session_state.get("_fallback_note")
+        if note and spec() != DEFAULT_SPEC:
+            st.info(plain(note), icon=":material/info:")
+        st.selectbox("Examples", [PRESET_NONE] + list(PRESETS), key="preset", on_change=_apply_preset)
+        st.text_input("Sentence", key="text", on_change=_reset_target,
+                      help="Write [MASK] where the model should predict a word. Press Enter to apply.")
+        st.caption("Write **\\[MASK\\]** for the word the model predicts; press Enter to apply.")
+
+
+# ------------------------------------------------------------------------------------ model and analysis
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def _load(spec_: str):
+    return attnviz.load_model(spec_)
+
+
+def model():
+    """The LoadedModel for the current spec, or None after showing the one-line reason."""
+    s = spec()
+    errors = st.session_state.setdefault("_load_errors", {})
+    if s in errors:  # remembered: a hub id that cannot be reached is not retried on every rerun
+        show_error(ModelLoadError(errors[s]))
+        return None
+    try:
+        return _load(s)
+    except ModelLoadError as e:
+        errors[s] = str(e)
+        show_error(e)
+        return None
+    except Exception as e:  # noqa: BLE001 - the app keeps running whatever the loader hits
+        errors[s] = f"could not load '{s}': {e}"
+        show_error(ModelLoadError(errors[s]))
+        return None
+
+
+@st.cache_data(show_spinner="Analysing the sentence…", max_entries=64)
+def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_: int):
+    lm = _load(spec_)
+    return attnviz.analyze(lm, text_, methods=list(methods), target=target, max_tokens=cap_)
+
+
+def flow_cost(lm, n_tokens: int) -> float:
+    from attnviz.methods.flow import default_workers, estimate_seconds
+    return estimate_seconds(lm.n_layers, n_tokens, workers=default_workers())
+
+
+def _confirm_flow(key) -> None:
+    st.session_state.setdefault("_flow_ok", set()).add(key)
+
+
+def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True) -> Optional["attnviz.Analysis"]:
+    """attnviz.analyze for the current (spec, text, methods, target, cap), cached; None (after an
+    error box) when the model or the text cannot be used. methods: default the selected ones.
+
+    Attention flow whose estimated cost exceeds FLOW_ASK_SECONDS is left out (listed in
+    .disabled with its estimate) until the user presses the button shown here (ask=False: no
+    warning, no button, e.g. inside a fragment that reruns on its own)."""
+    lm = model()
+    if lm is None:
+        return None
+    if methods is None:
+        methods = st.session_state.get("methods") or DEFAULT_METHODS
+    methods = tuple(m for m in methods if m in METHODS)
+    s, t, c = spec(), text(), cap()
+    target_ = target()
+    from attnviz.trace import encode
+    try:
+        try:
+            enc = encode(lm, t, c, target_)
+        except InputError:
+            if target_ is None:
+                raise
+            target_ = None  # a row left over from another text: back to the automatic target
+            enc = encode(lm, t, c, target_)
+            try:
+                st.session_state.target = AUTO
+            except StreamlitAPIException:  # the row picker is already drawn in this run
+                pass
+    except InputError as e:
+        if ask:
+            show_error(e)
+        return None
+    skipped = None
+    if "flow" in methods:
+        est = flow_cost(lm, len(enc.tokens))
+        key = (s, enc.text)
+        if est > FLOW_ASK_SECONDS and key not in st.session_state.get("_flow_ok", set()):
+            skipped = est
+            methods = tuple(m for m in methods if m != "flow")
+        if skipped is not None and ask:
+            st.warning(f"Attention flow for {len(enc.tokens)} tokens would take about {est:.0f} s "
+                       "(one max-flow per pair of tokens per layer). It is left out until you ask for it.",
+                       icon=":material/hourglass:")
+            try:
+                st.button(f"Compute attention flow (about {est:.0f} s)", key=f"flow_go_{abs(hash(key))}",
+                          on_click=_confirm_flow, args=(key,))
+            except StreamlitAPIException:  # analysis() called twice in one run: one button is enough
+                pass
+    try:
+        a = _analyze(s, t, methods, target_, c)
+    except InputError as e:
+        if ask:
+            show_error(e)
+        return None
+    if skipped is not None:
+        a.disabled["flow"] = f"not computed yet: about {skipped:.0f} s for this text (press the button to run it)"
+    return a
+
+
+def word_ids(a) -> Optional[list]:
+    """Word index of each token of an Analysis (fast tokenizers), or None."""
+    lm = model()
+    if lm is None:
+        return None
+    try:
+        enc = lm.tokenizer(a.text)
+        if len(enc["input_ids"]) != len(a.tokens):
+            return None
+        return enc.word_ids()
+    except Exception:  # noqa: BLE001 - slow tokenizers have no word_ids: fall back to '##' pieces
+        return None
+
+
+def view_for(a):
+    """The attnviz.plots.View for the current toggles (hide special tokens, merge subwords)."""
+    from attnviz.plots import make_view
+    ss = st.session_state
+    merge = bool(ss.get("merge_words"))
+    return make_view(a.tokens, a.special, a.target, hide_special=bool(ss.get("hide_special")),
+                     merge_words=merge, word_ids=word_ids(a) if merge else None)
+
+
+def clamp_layer_head(L: int, H: int) -> None:
+    """Keep the layer (1..L) and head (0 = all, 1..H) in range for the current model (before widgets)."""
+    ss = st.session_state
+    ss.layer = min(max(1, _parse_int(ss.get("layer"), 1)), L)
+    ss.head = min(max(0, _parse_int(ss.get("head"), 0)), H)
