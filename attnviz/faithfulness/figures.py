@@ -1,0 +1,86 @@
+"""Plotly figures for faithfulness: arrays in, figures out (no Streamlit)."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .importance import BASELINES
+
+
+def token_labels(tokens: Sequence[str]) -> list:
+    """Token labels carrying their position (plotly merges duplicate category labels)."""
+    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+
+
+def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = None):
+    """Bars of each importance baseline [n] and of the maps' target rows at `layer` (0-based) -> Figure.
+
+    rows: {method: [L, n]} target rows (correlation.target_rows). Only attributed positions are shown;
+    each panel is scaled to its own maximum (ranks are what the correlations compare).
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    pos = list(imp.positions)
+    labels = [token_labels(imp.tokens)[j] for j in pos]
+    panels = [(BASELINES[b], v[pos]) for b, v in imp.values.items()]
+    if rows:
+        for m, r in rows.items():
+            panels.append((f"{m} (layer {layer + 1})", np.asarray(r)[layer, pos]))
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.02,
+                        subplot_titles=[p[0] for p in panels])
+    for k, (name, v) in enumerate(panels):
+        v = np.asarray(v, dtype=np.float64)
+        fig.add_trace(go.Bar(x=labels, y=v, name=name, showlegend=False,
+                             marker_color="#d62728" if k < len(imp.values) else "#1f77b4",
+                             hovertemplate="%{x}: %{y:.4g}<extra>" + name + "</extra>"), row=k + 1, col=1)
+    fig.update_layout(height=120 * len(panels) + 80, margin=dict(l=40, r=10, t=40, b=40),
+                      title=f"importance for {imp.target.label}")
+    return fig
+
+
+def correlation_heatmap(corr, baseline: str, stat: str = "spearman"):
+    """Method × layer heatmap of one correlation against one baseline; ★ marks the best per layer."""
+    import plotly.graph_objects as go
+
+    bi = corr.baselines.index(baseline)
+    a = corr.stat(stat)[:, :, bi]
+    best = corr.best(stat)[:, bi]
+    text = [[("n/a" if not math.isfinite(a[m, l]) else f"{a[m, l]:+.2f}") + (" ★" if best[l] == m else "")
+             for l in range(a.shape[1])] for m in range(a.shape[0])]
+    z = np.where(np.isfinite(a), a, None)
+    fig = go.Figure(go.Heatmap(z=z, x=[f"L{l + 1}" for l in range(a.shape[1])], y=corr.methods, zmin=-1, zmax=1,
+                               colorscale="RdBu", text=text, texttemplate="%{text}", hoverongaps=False))
+    fig.update_layout(title=f"{stat} vs {BASELINES[baseline]} (★ best per layer)", yaxis_autorange="reversed",
+                      height=60 * len(corr.methods) + 120)
+    return fig
+
+
+def study_figure(res, stat: str = "spearman"):
+    """Mean ± std of `stat` per layer, one line per method, one panel per baseline -> Figure."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    summ = res.summary()[stat]
+    B = len(res.baselines)
+    cols = min(3, B)
+    nrows = (B + cols - 1) // cols
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[BASELINES[b] for b in res.baselines],
+                        shared_yaxes=True)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    layers = list(range(1, res.n_layers + 1))
+    for bi, b in enumerate(res.baselines):
+        r, c = bi // cols + 1, bi % cols + 1
+        for mi, m in enumerate(res.methods):
+            mean = [None if not math.isfinite(v) else float(v) for v in summ["mean"][mi, :, bi]]
+            std = [0.0 if not math.isfinite(v) else float(v) for v in summ["std"][mi, :, bi]]
+            fig.add_trace(go.Scatter(x=layers, y=mean, error_y=dict(type="data", array=std, thickness=1),
+                                     mode="lines+markers", name=m, legendgroup=m, showlegend=bi == 0,
+                                     line=dict(color=colors[mi % len(colors)])), row=r, col=c)
+    fig.update_yaxes(range=[-1, 1])
+    fig.update_xaxes(title_text="layer", tickvals=layers)
+    fig.update_layout(title=f"mean {stat} (± std) of the target row vs importance, {res.n_sentences} sentences",
+                      height=380 * nrows + 80)
+    return fig

@@ -1,0 +1,411 @@
+"""Importance of each input token for the target prediction: blank-out, leave-one-out, gradient norm,
+input×gradient and integrated gradients.
+
+The target quantity f (one number per input) is, by the model's output:
+  token head (masked / causal LM): p(predicted token) at the target position, the prediction being the
+      argmax on the unperturbed text; with a contrast (correct, wrong): p(correct) - p(wrong);
+  sequence head (classifier): p(predicted class), or p(correct) - p(wrong) for two named labels;
+  no head (plain encoder): cos(h_t(x), h_t(x0)), the cosine of the target position's final hidden
+      state to its unperturbed value. Its gradient vanishes at the unperturbed input (the cosine is
+      maximal there), so the two gradient baselines use the Jacobian J_j = ∂h_t/∂e_j instead:
+      gradient norm = ||J_j||_F, input×gradient = ||J_j e_j||.
+
+Baselines (importance [n], NaN outside the attributed positions):
+  blank_out     |f(x with token j replaced by the blank token) - f(x)|; blank = [UNK], else [MASK],
+                else pad (the one used is reported); all variants in one batched forward.
+  leave_one_out |f(x without token j) - f(x)|, the target position shifted when j comes before it;
+                one batched forward.
+  grad_norm     ||∂f/∂e_j||, e_j the word embedding of token j (position/type embeddings are added
+                inside the model).
+  input_x_grad  |Σ_d e_jd ∂f/∂e_jd|.
+  integrated_gradients  |IG_j|, IG_j = Σ_d (e_jd - e'_jd) ∫_0^1 ∂f/∂e_jd(e' + a(e - e')) da with the
+                zero word embedding as e' on the attributed positions (others kept); Gauss-Legendre
+                quadrature with `ig_steps` nodes. Completeness: Σ_j IG_j = f(e) - f(e'); the error is
+                reported.
+
+Attributed positions: the non-special tokens ([MASK] counts as a token), without the target position
+unless include_target=True (the target cannot be left out: its leave-one-out value is then NaN).
+Gradients run the Hugging Face model with inputs_embeds under torch.enable_grad(): no hooks, nothing
+written to the (shared) model.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode
+
+BASELINES = {
+    "blank_out": "Blank-out",
+    "leave_one_out": "Leave-one-out",
+    "grad_norm": "Gradient norm",
+    "input_x_grad": "Input×gradient",
+    "integrated_gradients": "Integrated gradients",
+}
+DEFAULT_IG_STEPS = 32
+_CHUNK = 64  # rows per batched forward (blank-out / leave-one-out / IG steps / Jacobian rows)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What f measures: kind "prob" | "contrast" | "hidden", the position, the output ids involved."""
+
+    kind: str
+    position: int
+    ids: tuple = ()  # prob: (predicted,); contrast: (correct, wrong); hidden: ()
+    label: str = ""  # one line for the screen
+    output: str = "token"  # "token" | "sequence" | "hidden"
+
+
+@dataclass
+class Importance:
+    """Importance vectors [n] per baseline (NaN outside `positions`) for one text and target."""
+
+    tokens: list
+    special: np.ndarray
+    target: Target
+    positions: np.ndarray  # attributed token positions
+    values: dict  # baseline -> [n] float64, >= 0 (what is correlated)
+    signed: dict  # baseline -> [n] signed version where one exists (blank_out, leave_one_out, input_x_grad, IG)
+    f0: float  # f on the unperturbed text
+    blank_token: Optional[str] = None
+    ig: dict = field(default_factory=dict)  # steps, f_baseline, sum, completeness_abs, completeness_rel
+    notes: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def target_position(self) -> int:
+        return self.target.position
+
+
+def output_kind(lm) -> str:
+    """'token' (masked / causal LM), 'sequence' (classifier) or 'hidden' (no output head)."""
+    if lm.task in ("masked_lm", "causal_lm"):
+        return "token"
+    if lm.task == "classification":
+        return "sequence"
+    return "hidden"
+
+
+def blank_token(tokenizer) -> tuple:
+    """-> (id, token string, which) for blank-out: [UNK], else the mask token, else the pad token."""
+    for attr, which in (("unk_token", "unk"), ("mask_token", "mask"), ("pad_token", "pad")):
+        t = getattr(tokenizer, attr, None)
+        tid = getattr(tokenizer, attr + "_id", None)
+        if t is not None and tid is not None:
+            return int(tid), str(t), which
+    raise InputError("this tokenizer has no unknown, mask or pad token to blank tokens out with")
+
+
+def _single_token_id(tokenizer, word: str) -> int:
+    word = str(word).strip()
+    if not word:
+        raise InputError("a contrast word is empty")
+    tid = tokenizer.convert_tokens_to_ids(word)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if tid is not None and tid != unk and not isinstance(tid, list):
+        return int(tid)
+    for w in (word, " " + word):
+        ids = tokenizer(w, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1 and ids[0] != unk:
+            return int(ids[0])
+    pieces = tokenizer.tokenize(word)
+    raise InputError(f"'{word}' is not one token of this model's vocabulary (it splits into {pieces})")
+
+
+def _label_id(config, name) -> int:
+    labels = {str(v): int(k) for k, v in (getattr(config, "id2label", None) or {}).items()}
+    if str(name) in labels:
+        return labels[str(name)]
+    try:
+        i = int(name)
+    except (TypeError, ValueError):
+        raise InputError(f"'{name}' is not a label of this classifier (labels: {list(labels)})") from None
+    if not 0 <= i < config.num_labels:
+        raise InputError(f"label index {i} is outside 0..{config.num_labels - 1}")
+    return i
+
+
+def _forward(lm, ids: Optional[torch.Tensor] = None, embeds: Optional[torch.Tensor] = None):
+    """The Hugging Face model on ids [B,n] or inputs_embeds [B,n,d] (no padding)."""
+    B, n = (ids.shape if ids is not None else embeds.shape[:2])
+    mask = torch.ones(B, n, dtype=torch.long)
+    if ids is not None:
+        return lm.model(input_ids=ids, attention_mask=mask)
+    return lm.model(inputs_embeds=embeds, attention_mask=mask)
+
+
+def _gather_pos(x: torch.Tensor, pos) -> torch.Tensor:
+    """x [B, n, ...] and pos int or [B] -> x[b, pos_b] as [B, ...]."""
+    if isinstance(pos, int):
+        return x[:, pos]
+    return x[torch.arange(x.shape[0]), pos]
+
+
+def _value(target: Target, out, pos, ref: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Model output for a batch -> f [B] (float64). pos: target position (int or [B])."""
+    if target.output == "hidden":
+        h = _gather_pos(out.last_hidden_state, pos).double()
+        return torch.nn.functional.cosine_similarity(h, ref.double().expand_as(h), dim=-1)
+    logits = out.logits
+    logits = _gather_pos(logits, pos) if target.output == "token" else logits
+    p = torch.softmax(logits.double(), dim=-1)
+    if target.kind == "contrast":
+        return p[:, target.ids[0]] - p[:, target.ids[1]]
+    return p[:, target.ids[0]]
+
+
+def _hidden(out, pos) -> torch.Tensor:
+    return _gather_pos(out.last_hidden_state, pos)
+
+
+def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None) -> Target:
+    """The target quantity for this model and text. contrast: (correct, wrong) tokens or labels."""
+    kind = output_kind(lm)
+    t = enc.target
+    where = f"position {t} ({enc.tokens[t]})"
+    if kind == "hidden":
+        if contrast:
+            raise InputError("this model has no output head, so there is nothing to contrast: leave the contrast empty")
+        return Target("hidden", t, (), f"cosine of the final hidden state at {where} to its unperturbed value "
+                      "(no output head)", "hidden")
+    if contrast:
+        if len(contrast) != 2:
+            raise InputError("a contrast is two words: the correct one and the wrong one (e.g. is / are)")
+        if kind == "token":
+            a, b = (_single_token_id(lm.tokenizer, w) for w in contrast)
+            names = lm.tokenizer.convert_ids_to_tokens([a, b])
+        else:
+            a, b = (_label_id(lm.config, w) for w in contrast)
+            names = [str(c) for c in contrast]
+        if a == b:
+            raise InputError("the two contrast words are the same token")
+        return Target("contrast", t, (a, b), f"p('{names[0]}') − p('{names[1]}') at {where}", kind)
+    if out is None:
+        with torch.no_grad():
+            out = _forward(lm, enc.ids)
+    logits = out.logits[0, t] if kind == "token" else out.logits[0]
+    pred = int(torch.argmax(logits))
+    if kind == "token":
+        name = lm.tokenizer.convert_ids_to_tokens(pred)
+        return Target("prob", t, (pred,), f"p('{name}') at {where}, the model's prediction", kind)
+    labels = getattr(lm.config, "id2label", None) or {}
+    return Target("prob", t, (pred,), f"p(class '{labels.get(pred, pred)}'), the classifier's prediction", kind)
+
+
+def attributed_positions(enc: Encoded, include_target: bool = False) -> np.ndarray:
+    """Positions whose importance is measured: non-special tokens, the target only if asked."""
+    keep = ~np.asarray(enc.special, dtype=bool)
+    if not include_target:
+        keep[enc.target] = False
+    pos = np.flatnonzero(keep)
+    if pos.size == 0:
+        raise InputError("the text has no tokens to attribute besides the target: type a longer sentence")
+    return pos
+
+
+def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None):
+    """-> (signed Δf [len(positions)], f0, blank token). Variants batched: row 0 is the unperturbed text."""
+    bid, btok, _ = blank_token(lm.tokenizer)
+    positions = list(positions)
+    out_vals = []
+    f0 = None
+    for s in range(0, len(positions), _CHUNK):
+        part = positions[s:s + _CHUNK]
+        batch = enc.ids.repeat(len(part) + 1, 1)
+        for k, j in enumerate(part):
+            batch[k + 1, j] = bid
+        with torch.no_grad():
+            out = _forward(lm, batch)
+            ref = ref_hidden if ref_hidden is not None else (_hidden(out, target.position)[0] if target.output == "hidden" else None)
+            v = _value(target, out, target.position, ref)
+        if f0 is None:
+            f0 = float(v[0])
+        out_vals.append((v[1:] - v[0]).numpy())
+    return np.concatenate(out_vals), f0, btok
+
+
+def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None, f0=None):
+    """-> signed Δf [len(positions)] (NaN at the target position itself); one batched forward."""
+    ids = enc.ids[0]
+    n = ids.shape[0]
+    t = target.position
+    positions = list(positions)
+    res = np.full(len(positions), np.nan)
+    todo = [(k, j) for k, j in enumerate(positions) if j != t]
+    if not todo:
+        return res
+    with torch.no_grad():
+        if f0 is None or (target.output == "hidden" and ref_hidden is None):
+            out0 = _forward(lm, enc.ids)
+            if target.output == "hidden" and ref_hidden is None:
+                ref_hidden = _hidden(out0, t)[0]
+            f0 = float(_value(target, out0, t, ref_hidden)[0])
+        for s in range(0, len(todo), _CHUNK):
+            part = todo[s:s + _CHUNK]
+            keep = torch.ones(len(part), n, dtype=torch.bool)
+            for r, (_, j) in enumerate(part):
+                keep[r, j] = False
+            batch = ids.unsqueeze(0).expand(len(part), n)[keep].view(len(part), n - 1)
+            tpos = torch.tensor([t - (j < t) for _, j in part])
+            out = _forward(lm, batch)
+            v = _value(target, out, tpos, ref_hidden).numpy()
+            for r, (k, _) in enumerate(part):
+                res[k] = v[r] - f0
+    return res
+
+
+def _embeddings(lm, enc: Encoded) -> torch.Tensor:
+    with torch.no_grad():
+        return lm.model.get_input_embeddings()(enc.ids).detach()
+
+
+def gradient(lm, enc: Encoded, target: Target, ref_hidden=None) -> tuple:
+    """-> (e [n,d] word embeddings, g [n,d] = ∂f/∂e) for scalar targets (prob / contrast)."""
+    if target.output == "hidden":
+        raise ValueError("the cosine target has no useful gradient; use jacobian_norms")
+    e = _embeddings(lm, enc)
+    with torch.enable_grad():
+        x = e.clone().requires_grad_(True)
+        f = _value(target, _forward(lm, embeds=x), target.position)[0]
+        (g,) = torch.autograd.grad(f, x)
+    return e[0], g[0]
+
+
+def jacobian_norms(lm, enc: Encoded, position: int) -> tuple:
+    """Plain encoders: J = ∂h_t/∂e ([d_out, n, d]) row by row in batches -> (||J_j||_F [n], ||J_j e_j|| [n])."""
+    e = _embeddings(lm, enc)  # [1, n, d]
+    n = e.shape[1]
+    with torch.no_grad():
+        d_out = _hidden(_forward(lm, embeds=e), position).shape[-1]
+    fro2 = torch.zeros(n, dtype=torch.float64)
+    jvp = torch.zeros(n, d_out, dtype=torch.float64)
+    for s in range(0, d_out, _CHUNK):
+        cs = torch.arange(s, min(d_out, s + _CHUNK))
+        with torch.enable_grad():
+            x = e.expand(len(cs), -1, -1).clone().requires_grad_(True)
+            h = _hidden(_forward(lm, embeds=x), position)  # [B, d_out]
+            sel = h[torch.arange(len(cs)), cs].sum()
+            (g,) = torch.autograd.grad(sel, x)  # g[b] = J[cs[b]]  [B, n, d]
+        g = g.double()
+        fro2 += (g * g).sum((0, 2))
+        jvp[:, cs] = (g * e.double()).sum(-1).T
+    return fro2.sqrt().numpy(), jvp.norm(dim=-1).numpy()
+
+
+def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[int], steps: int = DEFAULT_IG_STEPS,
+                         ref_hidden=None) -> tuple:
+    """-> (IG [n] (0 off `positions`), info dict with f(e), f(e'), Σ IG, completeness errors).
+
+    Zero word-embedding baseline on `positions`; Gauss-Legendre quadrature with `steps` nodes on [0, 1].
+    """
+    steps = int(steps)
+    if steps < 1:
+        raise InputError("integrated gradients needs at least one step")
+    e = _embeddings(lm, enc)[0]  # [n, d]
+    n = e.shape[0]
+    m = torch.zeros(n, 1, dtype=e.dtype)
+    m[list(positions)] = 1
+    base = e * (1 - m)
+    diff = e - base
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    alphas = torch.tensor((nodes + 1) / 2, dtype=e.dtype)
+    w = torch.tensor(weights / 2, dtype=torch.float64)
+    t = target.position
+    if target.output == "hidden" and ref_hidden is None:
+        with torch.no_grad():
+            ref_hidden = _hidden(_forward(lm, enc.ids), t)[0]
+    gsum = torch.zeros(n, e.shape[1], dtype=torch.float64)
+    for s in range(0, steps, _CHUNK):
+        a = alphas[s:s + _CHUNK]
+        with torch.enable_grad():
+            x = (base + a.view(-1, 1, 1) * diff).requires_grad_(True)
+            f = _value(target, _forward(lm, embeds=x), t, ref_hidden)
+            (g,) = torch.autograd.grad((f * w[s:s + _CHUNK]).sum(), x)
+        gsum += g.double().sum(0)
+    ig = (diff.double() * gsum).sum(-1)
+    with torch.no_grad():
+        ends = _value(target, _forward(lm, embeds=torch.stack([e, base])), t, ref_hidden)
+    f_end, f_base = float(ends[0]), float(ends[1])
+    total = float(ig.sum())
+    err = abs(total - (f_end - f_base))
+    info = dict(steps=steps, baseline="zero word embedding", f_input=f_end, f_baseline=f_base, sum=total,
+                completeness_abs=err, completeness_rel=err / max(abs(f_end - f_base), 1e-12))
+    return ig.numpy(), info
+
+
+def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contrast: Optional[Sequence] = None,
+               target: Optional[int] = None, ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False,
+               max_tokens: int = DEFAULT_MAX_TOKENS, progress: Optional[Callable[[str, float], None]] = None) -> Importance:
+    """Model + text -> Importance: [n] vectors per baseline for the target quantity f (module docstring).
+
+    baselines: names from BASELINES (default all). contrast: (correct, wrong). target: position.
+    """
+    baselines = list(BASELINES if baselines is None else baselines)
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baseline(s) {unknown}; known: {list(BASELINES)}")
+    enc = text_or_enc if isinstance(text_or_enc, Encoded) else encode(lm, text_or_enc, max_tokens, target)
+    timings = {}
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out0 = _forward(lm, enc.ids)
+    tg = make_target(lm, enc, contrast, out=out0)
+    ref = _hidden(out0, tg.position)[0] if tg.output == "hidden" else None
+    f0 = float(_value(tg, out0, tg.position, ref)[0])
+    timings["forward"] = time.perf_counter() - t0
+    pos = attributed_positions(enc, include_target)
+    n = enc.ids.shape[1]
+    values, signed, notes, ig_info = {}, {}, [], {}
+    btok = None
+
+    def put(name, vec_at_pos, sign=True):
+        full = np.full(n, np.nan)
+        full[pos] = vec_at_pos
+        if sign:
+            signed[name] = full.copy()
+        values[name] = np.abs(full)
+
+    grads = None
+    for k, b in enumerate(baselines):
+        if progress:
+            progress(b, k / len(baselines))
+        t = time.perf_counter()
+        if b == "blank_out":
+            d, f0_batch, btok = blank_out(lm, enc, tg, pos, ref)
+            put(b, d)
+            _, _, which = blank_token(lm.tokenizer)
+            if which != "unk":
+                notes.append(f"this tokenizer has no unknown token: blank-out uses {btok}")
+        elif b == "leave_one_out":
+            put(b, leave_one_out(lm, enc, tg, pos, ref, f0))
+        elif b in ("grad_norm", "input_x_grad"):
+            if grads is None:
+                if tg.output == "hidden":
+                    grads = jacobian_norms(lm, enc, tg.position)
+                else:
+                    e, g = gradient(lm, enc, tg)
+                    grads = (g.double().norm(dim=-1).numpy(), (e.double() * g.double()).sum(-1).numpy())
+            if b == "grad_norm":
+                put(b, grads[0][pos], sign=False)
+            else:
+                put(b, grads[1][pos], sign=tg.output != "hidden")
+        elif b == "integrated_gradients":
+            ig, ig_info = integrated_gradients(lm, enc, tg, pos, ig_steps, ref)
+            put(b, ig[pos])
+        timings[b] = time.perf_counter() - t
+    if tg.output == "hidden" and ({"grad_norm", "input_x_grad"} & set(baselines)):
+        notes.append("the cosine target's gradient is zero at the unperturbed input: gradient norm is "
+                     "||∂h_t/∂e_j||_F and input×gradient is ||(∂h_t/∂e_j) e_j|| for the hidden state h_t")
+    if include_target and "leave_one_out" in baselines:
+        notes.append("leave-one-out cannot delete the target position itself: it is left out there")
+    if progress:
+        progress("done", 1.0)
+    return Importance(tokens=list(enc.tokens), special=np.asarray(enc.special), target=tg, positions=pos,
+                      values=values, signed=signed, f0=f0, blank_token=btok, ig=ig_info, notes=notes,
+                      timings=timings)
