@@ -11,7 +11,7 @@ import torch
 
 import attnviz
 from attnviz.errors import InputError, ModelLoadError
-from attnviz.methods import attn_res_ln, flow, rollout
+from attnviz.methods import attn_res_ln, flow, rollout, with_residual
 from attnviz.trace import trace
 
 from conftest import FAMILIES, SENTENCE
@@ -108,8 +108,20 @@ def test_flow_matches_networkx_edmonds_karp(seed, L, n):
 
 
 def test_flow_pool_equals_serial():
-    A = _random_attention(6, 24, 7)  # big enough for the worker pool to be used
-    np.testing.assert_allclose(flow(A, workers=2), flow(A, workers=1), rtol=0, atol=0)
+    from attnviz.methods.flow import _solve
+
+    Ares = with_residual(_random_attention(6, 12, 7))
+    pairs = [(i, j) for i in range(12) for j in range(12)]
+    assert _solve(Ares, 5, pairs, workers=2) == _solve(Ares, 5, pairs, workers=1)
+
+
+def test_flow_bounds_settle_pairs_exactly():
+    # deep and dense enough that upper layers are settled by bounds, not max-flow calls
+    A = _random_attention(8, 5, 11, peaked=2.0)
+    stats = {}
+    ours = flow(A, normalize=False, workers=1, stats=stats)
+    assert stats["bounded_pairs"] > 0 and stats["maxflow_pairs"] > 0
+    np.testing.assert_allclose(ours, _nx_flow(A, normalize=False), rtol=0, atol=1e-9)
 
 
 def test_flow_dense_upper_layers_saturate_at_input_capacity():
