@@ -104,3 +104,48 @@ def corpus_mixing(lm, sentences: Sequence[str], steps: int = atb_ff.DEFAULT_STEP
     per_layer = {name: v / count for name, v in sums.items()}
     return CorpusMixing(per_layer, {name: float(v.mean()) for name, v in per_layer.items()}, used, count,
                         worst, skipped)
+
+
+KOBAYASHI_BERT_BASE = {"Attn-W": 97.1, "Attn-N": 85.2, "AttnRes-W": 48.6, "AttnRes-N": 22.3, "AttnResLn-N": 18.8}
+
+
+def table(results: dict) -> str:
+    """{column title: CorpusMixing} -> a markdown table of overall mean ratios (%) per method, with
+    Kobayashi et al.'s (2021) BERT-base figures in the last column."""
+    cols = list(results)
+    lines = ["| method | " + " | ".join(cols) + " | BERT-base (Kobayashi et al. 2021) |",
+             "|---" * (len(cols) + 2) + "|"]
+    for name in ALL_RATIOS:
+        ref = KOBAYASHI_BERT_BASE.get(name)
+        cells = [f"{100 * results[c].overall[name]:.1f}" for c in cols]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'' if ref is None else f'{ref:.1f}'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """python -m attnviz.context [--model SPEC ...] [--limit N] [--exclude-special]: the corpus table."""
+    import argparse
+
+    from .models.load import load_model
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--model", action="append", default=None)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=atb_ff.DEFAULT_STEPS)
+    ap.add_argument("--exclude-special", action="store_true")
+    ap.add_argument("--file", default=None)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    sentences = load_sentences(a.file, a.limit)
+    res = {}
+    for spec in a.model or ["pkg:minilm"]:
+        cm = corpus_mixing(load_model(spec), sentences, steps=a.steps, exclude_special=a.exclude_special)
+        res[f"{spec} ({cm.n_sentences} sentences, {cm.n_tokens} tokens)"] = cm
+        print(f"{spec}: worst ATBFFRESLN completeness error {cm.max_completeness:.1e}; skipped {len(cm.skipped)}")
+        for name in ALL_RATIOS:
+            print(f"  {name:13s} per layer: " + " ".join(f"{100 * v:5.1f}" for v in cm.per_layer[name]))
+    print(table(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -142,15 +142,20 @@ def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") 
     else:
         Au = ig_average(act, c, S, steps, rule)
         base = act(c)
+    # the two [n, n, I] products run in the trace's dtype (float32 by default: the trace itself is
+    # float32, and this halves the time); everything else is float64
+    cd = trace.dtype
+    W1, W2 = w.w1.to(cd), w.w2.to(cd)
     F = torch.empty_like(A)
     rows = max(1, int(_CHUNK_BYTES // (8 * n * I * (2 if gated else 1))))
     for s in range(0, n, rows):
         sl = slice(s, min(n, s + rows))
+        uc = u[sl].to(cd)
         if gated:
-            h = (u[sl] @ w.w_gate) * Ag[sl, None] + (u[sl] @ w.w1) * Bu[sl, None]
+            h = (uc @ w.w_gate.to(cd)) * Ag[sl, None].to(cd) + (uc @ W1) * Bu[sl, None].to(cd)
         else:
-            h = (u[sl] @ w.w1) * Au[sl, None]
-        F[sl] = h @ w.w2
+            h = (uc @ W1) * Au[sl, None].to(cd)
+        F[sl] = (h @ W2).double()
     rF = _lin(base, w.w2, w.b2)
     out = {"atb_ff": (F, rF, r["ffn_out"].double())}
     R, rR = A + F, rA + rF
