@@ -1,0 +1,210 @@
+"""The `attnviz` command.
+
+    attnviz analyze --model builtin:agreement --text "the keys to the cabinet [MASK] here ." --out a.json
+    attnviz study --model builtin:agreement --data builtin:agreement --n 500 --out runs/agreement
+    attnviz evaluate [ARGS]            # the built-in models' accuracy tables (attnviz.builtin.evaluate)
+
+analyze writes the maps (JSON, or NPZ when FILE ends in .npz) and, with --faithfulness, the
+importance baselines and correlations. study runs the corpus faithfulness study: it is resumable
+(Ctrl-C or a crash loses no finished sentence; run the same command again), and writes
+summary.csv, summary.json and summary.html (mean ± std per method × layer × baseline) into DIR.
+Errors are one line on stderr (exit status 2); an interrupted study exits with 130.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+def _csv(s: Optional[str]):
+    return None if s is None else [x.strip() for x in s.split(",") if x.strip()]
+
+
+def read_data(spec: str, n: Optional[int] = None) -> list:
+    """FILE (.jsonl / .json list of {"text", ["answer", "wrong"]} / .txt one sentence a line) or
+    builtin:TASK (the held-out evaluation set) -> list of items (first n)."""
+    from .errors import InputError
+
+    if spec.startswith("builtin:"):
+        from .builtin import load_eval_set
+
+        try:
+            return load_eval_set(spec.split(":", 1)[1], n)
+        except (ValueError, FileNotFoundError) as e:
+            raise InputError(f"cannot read the built-in evaluation set '{spec}': {e}") from None
+    p = Path(spec)
+    if not p.is_file():
+        raise InputError(f"no such data file: {spec}")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix == ".jsonl":
+            items = [json.loads(line) for line in text.splitlines() if line.strip()]
+        elif p.suffix == ".json":
+            items = json.loads(text)
+            if not isinstance(items, list):
+                raise InputError(f"{spec}: a .json data file must hold a list of items")
+        else:
+            items = [line.strip() for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise InputError(f"{spec} is not valid JSON: {e}") from None
+    if not items:
+        raise InputError(f"{spec} holds no sentences")
+    return items if n is None else items[:n]
+
+
+def _threads(n: Optional[int]) -> None:
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def cmd_analyze(args) -> int:
+    import attnviz
+    from . import export
+
+    _threads(args.threads)
+    lm = attnviz.load_model(args.model)
+    methods = _csv(args.methods)
+    if args.faithfulness:
+        from .faithfulness import available_methods, score_sentence
+
+        methods, _ = available_methods(lm, methods)
+    a = attnviz.analyze(lm, args.text, methods=methods, target=args.target, max_tokens=args.max_tokens)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".npz":
+        if args.faithfulness:
+            raise attnviz.InputError("--faithfulness results are written as JSON: give an --out FILE.json")
+        out.write_bytes(export.to_npz(a))
+    else:
+        d = export.to_dict(a)
+        if not args.heads:
+            for m in d["maps"].values():
+                m["heads"] = None
+        if args.faithfulness:
+            r = score_sentence(lm, a.text, methods=list(a.maps), baselines=_csv(args.baselines),
+                               contrast=_csv(args.contrast), ig_steps=args.ig_steps, analysis=a,
+                               max_tokens=args.max_tokens)
+            d["faithfulness"] = r.to_dict()
+        out.write_text(json.dumps(d, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    pred = ", ".join(f"{t} {p:.3f}" for t, p in a.prediction[:3])
+    print(f"{len(a.tokens)} tokens, target {a.target} ({a.tokens[a.target]})" + (f", prediction: {pred}" if pred else "")
+          + f" -> {out}")
+    for note in a.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_study(args) -> int:
+    import attnviz
+    from .faithfulness import study
+
+    _threads(args.threads)
+    items = read_data(args.data, args.n)
+    lm = attnviz.load_model(args.model)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items), unit="sentence", file=sys.stderr)
+
+    def progress(done, total):
+        if bar is not None:
+            bar.n = done
+            bar.refresh()
+
+    try:
+        res = study(lm, items, methods=_csv(args.methods), baselines=_csv(args.baselines), ig_steps=args.ig_steps,
+                    include_target=args.include_target, use_contrast=not args.no_contrast, out_dir=args.out,
+                    resume=not args.fresh, max_tokens=args.max_tokens, progress=progress)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        print(f"\ninterrupted: the finished sentences are saved in {args.out}; run the same command again "
+              "to resume", file=sys.stderr)
+        return 130
+    if bar is not None:
+        bar.close()
+    paths = res.write(args.out, png=args.png)
+    print(f"{res.n_sentences} sentences ({res.resumed} from an earlier run, {len(res.skipped)} skipped) "
+          f"in {res.seconds:.1f} s; model {lm.spec}")
+    acc = res.accuracy()
+    if acc is not None:
+        print(f"model accuracy on these items (p(answer) > p(wrong)): {acc:.3f}")
+    for m, why in res.left_out.items():
+        print(f"left out {m}: {why}")
+    for b in [b for b in ("blank_out", "grad_norm") if b in res.baselines] or res.baselines[:1]:
+        print(f"\nmean Spearman (± std) vs {b}:\n{res.markdown(b)}")
+    print("\nwritten: " + ", ".join(paths.values()))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .builtin import evaluate
+
+    evaluate.main(list(args.rest))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="attnviz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="maps (and optionally faithfulness) for one text, written as JSON/NPZ")
+    a.add_argument("--model", required=True, help="builtin:NAME | pkg:minilm | model folder | hub id")
+    a.add_argument("--text", required=True)
+    a.add_argument("--out", required=True, help="FILE.json or FILE.npz")
+    a.add_argument("--methods", help="comma-separated method names (default all)")
+    a.add_argument("--target", type=int, help="target position (default: [MASK], else [CLS] / the last token)")
+    a.add_argument("--heads", action="store_true", help="include per-head maps in the JSON")
+    a.add_argument("--faithfulness", action="store_true", help="add importance baselines and correlations")
+    a.add_argument("--baselines", help="comma-separated importance baselines (default all)")
+    a.add_argument("--contrast", help="correct,wrong (e.g. is,are): target p(correct) - p(wrong)")
+    a.add_argument("--ig-steps", type=int, default=32)
+    a.add_argument("--max-tokens", type=int, default=128)
+    a.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    a.set_defaults(func=cmd_analyze)
+
+    s = sub.add_parser("study", help="corpus faithfulness study (resumable)")
+    s.add_argument("--model", required=True)
+    s.add_argument("--data", required=True, help="FILE (.jsonl/.json/.txt) or builtin:agreement | builtin:pronoun")
+    s.add_argument("--out", required=True, help="output folder (records.jsonl, summary.csv/json/html)")
+    s.add_argument("--n", type=int, default=None, help="first N items only")
+    s.add_argument("--methods", help="comma-separated (default attention,rollout,flow,value_norm,attn_res,attn_res_ln)")
+    s.add_argument("--baselines", help="comma-separated (default all five)")
+    s.add_argument("--ig-steps", type=int, default=32)
+    s.add_argument("--include-target", action="store_true", help="also attribute the target position itself")
+    s.add_argument("--no-contrast", action="store_true", help="target p(prediction) even when items name answer/wrong")
+    s.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
+    s.add_argument("--png", action="store_true", help="also write summary.png (needs kaleido + chromium)")
+    s.add_argument("--max-tokens", type=int, default=128)
+    s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_study)
+
+    e = sub.add_parser("evaluate", help="accuracy tables of the built-in models (python -m attnviz.builtin.evaluate)")
+    e.add_argument("rest", nargs=argparse.REMAINDER)
+    e.set_defaults(func=cmd_evaluate)
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .errors import AttnvizError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except AttnvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # unknown method / baseline names
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
