@@ -47,6 +47,43 @@ def all_ratios(trace, steps: int = atb_ff.DEFAULT_STEPS) -> dict:
     return out
 
 
+@dataclass
+class SentenceMixing:
+    """One sentence: tokens [n], special [n], target, ratios {name: [L, n]} (the eight of
+    ALL_RATIOS), maps {"attn_res_ln", "atb_ff_res_ln": [L, n, n]}, completeness [L] (ATBFFRESLN),
+    change [L] (contextualization change ATTNRESLN -> ATBFFRESLN), causal, steps."""
+
+    tokens: list
+    special: np.ndarray
+    target: int
+    ratios: dict
+    maps: dict
+    completeness: list
+    change: np.ndarray
+    causal: bool
+    steps: int
+
+
+def sentence_mixing(lm, text: str, target: Optional[int] = None, max_tokens: int = 128,
+                    steps: int = atb_ff.DEFAULT_STEPS, dtype: torch.dtype = torch.float32) -> SentenceMixing:
+    """Model + text -> SentenceMixing from one trace. Raises InputError for unusable text or a model
+    whose decompositions are disabled."""
+    from .methods import attn_res_ln
+    from .trace import trace as _trace
+
+    if not lm.decompositions_ok:
+        raise InputError(lm.disabled_reason or "decompositions are unavailable for this model")
+    tr = _trace(lm, text, dtype=dtype, max_tokens=max_tokens, target=target)
+    res = atb_ff.analyse(tr, steps)
+    a = attn_res_ln.compute(tr).layer
+    b = res["maps"]["atb_ff_res_ln"].layer
+    causal = bool(lm.arch.causal)
+    return SentenceMixing(tokens=list(tr.tokens), special=np.asarray(tr.enc.special), target=tr.target,
+                          ratios=all_ratios(tr, steps), maps={"attn_res_ln": a, "atb_ff_res_ln": b},
+                          completeness=list(res["maps"]["atb_ff_res_ln"].meta["completeness"]),
+                          change=contextualization_change(a, b, causal=causal), causal=causal, steps=int(steps))
+
+
 def load_sentences(path=None, limit: Optional[int] = None) -> list:
     """-> the built-in ordinary English sentences (one a line; blank lines and # comments skipped)."""
     p = Path(path) if path is not None else SENTENCES_FILE
