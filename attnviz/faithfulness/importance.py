@@ -132,12 +132,22 @@ def _label_id(config, name) -> int:
 
 
 def _forward(lm, ids: Optional[torch.Tensor] = None, embeds: Optional[torch.Tensor] = None):
-    """The Hugging Face model on ids [B,n] or inputs_embeds [B,n,d] (no padding)."""
+    """The Hugging Face model on ids [B,n] or inputs_embeds [B,n,d] (no padding).
+
+    Token heads: the base model only (final hidden states, final norm included), the output head is
+    applied at the target position alone in _value (same numbers, far less work with a large vocabulary).
+    """
     B, n = (ids.shape if ids is not None else embeds.shape[:2])
-    mask = torch.ones(B, n, dtype=torch.long)
-    if ids is not None:
-        return lm.model(input_ids=ids, attention_mask=mask)
-    return lm.model(inputs_embeds=embeds, attention_mask=mask)
+    kw = dict(attention_mask=torch.ones(B, n, dtype=torch.long))
+    kw.update(input_ids=ids) if ids is not None else kw.update(inputs_embeds=embeds)
+    if _head_at_target(lm):
+        return lm.model.base_model(**kw)
+    return lm.model(**kw)
+
+
+def _head_at_target(lm) -> bool:
+    return (output_kind(lm) == "token" and lm.arch is not None and lm.arch.head is not None
+            and lm.arch.head_kind == "token")
 
 
 def _gather_pos(x: torch.Tensor, pos) -> torch.Tensor:
@@ -147,17 +157,23 @@ def _gather_pos(x: torch.Tensor, pos) -> torch.Tensor:
     return x[torch.arange(x.shape[0]), pos]
 
 
-def _value(target: Target, out, pos, ref: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _value(lm, target: Target, out, pos, ref: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Model output for a batch -> f [B] (float64). pos: target position (int or [B])."""
     if target.output == "hidden":
         h = _gather_pos(out.last_hidden_state, pos).double()
         return torch.nn.functional.cosine_similarity(h, ref.double().expand_as(h), dim=-1)
-    logits = out.logits
-    logits = _gather_pos(logits, pos) if target.output == "token" else logits
+    logits = _logits_at(lm, out, pos) if target.output == "token" else out.logits
     p = torch.softmax(logits.double(), dim=-1)
     if target.kind == "contrast":
         return p[:, target.ids[0]] - p[:, target.ids[1]]
     return p[:, target.ids[0]]
+
+
+def _logits_at(lm, out, pos) -> torch.Tensor:
+    """Token-head logits at pos (int or [B]) -> [B, V]."""
+    if getattr(out, "logits", None) is not None:
+        return _gather_pos(out.logits, pos)
+    return lm.arch.head(_gather_pos(out.last_hidden_state, pos))
 
 
 def _hidden(out, pos) -> torch.Tensor:
@@ -189,7 +205,7 @@ def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None)
     if out is None:
         with torch.no_grad():
             out = _forward(lm, enc.ids)
-    logits = out.logits[0, t] if kind == "token" else out.logits[0]
+    logits = _logits_at(lm, out, t)[0] if kind == "token" else out.logits[0]
     pred = int(torch.argmax(logits))
     if kind == "token":
         name = lm.tokenizer.convert_ids_to_tokens(pred)
@@ -223,7 +239,7 @@ def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hi
         with torch.no_grad():
             out = _forward(lm, batch)
             ref = ref_hidden if ref_hidden is not None else (_hidden(out, target.position)[0] if target.output == "hidden" else None)
-            v = _value(target, out, target.position, ref)
+            v = _value(lm, target, out, target.position, ref)
         if f0 is None:
             f0 = float(v[0])
         out_vals.append((v[1:] - v[0]).numpy())
@@ -245,7 +261,7 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
             out0 = _forward(lm, enc.ids)
             if target.output == "hidden" and ref_hidden is None:
                 ref_hidden = _hidden(out0, t)[0]
-            f0 = float(_value(target, out0, t, ref_hidden)[0])
+            f0 = float(_value(lm, target, out0, t, ref_hidden)[0])
         for s in range(0, len(todo), _CHUNK):
             part = todo[s:s + _CHUNK]
             keep = torch.ones(len(part), n, dtype=torch.bool)
@@ -254,7 +270,7 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
             batch = ids.unsqueeze(0).expand(len(part), n)[keep].view(len(part), n - 1)
             tpos = torch.tensor([t - (j < t) for _, j in part])
             out = _forward(lm, batch)
-            v = _value(target, out, tpos, ref_hidden).numpy()
+            v = _value(lm, target, out, tpos, ref_hidden).numpy()
             for r, (k, _) in enumerate(part):
                 res[k] = v[r] - f0
     return res
@@ -272,7 +288,7 @@ def gradient(lm, enc: Encoded, target: Target, ref_hidden=None) -> tuple:
     e = _embeddings(lm, enc)
     with torch.enable_grad():
         x = e.clone().requires_grad_(True)
-        f = _value(target, _forward(lm, embeds=x), target.position)[0]
+        f = _value(lm, target, _forward(lm, embeds=x), target.position)[0]
         (g,) = torch.autograd.grad(f, x)
     return e[0], g[0]
 
@@ -325,12 +341,12 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
         a = alphas[s:s + _CHUNK]
         with torch.enable_grad():
             x = (base + a.view(-1, 1, 1) * diff).requires_grad_(True)
-            f = _value(target, _forward(lm, embeds=x), t, ref_hidden)
+            f = _value(lm, target, _forward(lm, embeds=x), t, ref_hidden)
             (g,) = torch.autograd.grad((f * w[s:s + _CHUNK]).sum(), x)
         gsum += g.double().sum(0)
     ig = (diff.double() * gsum).sum(-1)
     with torch.no_grad():
-        ends = _value(target, _forward(lm, embeds=torch.stack([e, base])), t, ref_hidden)
+        ends = _value(lm, target, _forward(lm, embeds=torch.stack([e, base])), t, ref_hidden)
     f_end, f_base = float(ends[0]), float(ends[1])
     total = float(ig.sum())
     err = abs(total - (f_end - f_base))
@@ -357,7 +373,7 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
         out0 = _forward(lm, enc.ids)
     tg = make_target(lm, enc, contrast, out=out0)
     ref = _hidden(out0, tg.position)[0] if tg.output == "hidden" else None
-    f0 = float(_value(tg, out0, tg.position, ref)[0])
+    f0 = float(_value(lm, tg, out0, tg.position, ref)[0])
     timings["forward"] = time.perf_counter() - t0
     pos = attributed_positions(enc, include_target)
     n = enc.ids.shape[1]
