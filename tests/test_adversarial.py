@@ -1,0 +1,428 @@
+"""Adversarial attention: distances, the attention override, the frontier, baselines, Jain & Wallace.
+
+References are independent of attnviz's code: scipy's Jensen-Shannon distance, TVD as the largest
+difference of an event's probability (brute force over events), and a forward pass written here
+from the Hugging Face modules' own weights (torch.nn.functional only) with the attention row
+replaced by hand.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from scipy.spatial.distance import jensenshannon
+
+from attnviz import adversarial as A
+from attnviz.errors import AttnvizError, InputError
+
+SENTENCE = "the keys to the cabinet [MASK] on the table ."
+QK_STD = 0.08
+
+
+# ------------------------------------------------------------------ references
+
+
+def ref_jsd(p, q):
+    """scipy's Jensen-Shannon DISTANCE (natural log) squared = the divergence."""
+    return float(jensenshannon(np.asarray(p, float), np.asarray(q, float)) ** 2)
+
+
+def ref_tvd(p, q):
+    """TVD as the largest difference of probability over all events (subsets of outcomes)."""
+    p, q = np.asarray(p, float), np.asarray(q, float)
+    best = 0.0
+    for r in range(len(p) + 1):
+        for ev in itertools.combinations(range(len(p)), r):
+            ev = list(ev)
+            best = max(best, abs(p[ev].sum() - q[ev].sum()))
+    return best
+
+
+def hf_bert_probs(model, ids, target, overrides=None):
+    """Output distribution of a Hugging Face BertForMaskedLM at `target`, written from its modules'
+    weights; overrides {layer: {head: row [n]}} replaces probs[head, target, :] in that layer."""
+    cfg = model.config
+    d, H = cfg.hidden_size, cfg.num_attention_heads
+    dh = d // H
+    act = __import__("transformers").activations.ACT2FN[cfg.hidden_act]
+    overrides = overrides or {}
+    with torch.no_grad():
+        h = model.bert.embeddings(input_ids=ids).double()
+        n = h.shape[1]
+
+        def lin(x, mod):
+            return F.linear(x, mod.weight.double(), mod.bias.double())
+
+        def ln(x, mod):
+            return F.layer_norm(x, (d,), mod.weight.double(), mod.bias.double(), mod.eps)
+
+        for li, layer in enumerate(model.bert.encoder.layer):
+            sa = layer.attention.self
+            q, k, v = (lin(h, m).view(1, n, H, dh).transpose(1, 2) for m in (sa.query, sa.key, sa.value))
+            probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dh), dim=-1)
+            for head, row in overrides.get(li, {}).items():
+                probs[0, head, target] = torch.as_tensor(np.asarray(row), dtype=torch.float64)
+            ctx = (probs @ v).transpose(1, 2).reshape(1, n, d)
+            a = ln(lin(ctx, layer.attention.output.dense) + h, layer.attention.output.LayerNorm)
+            h = ln(lin(act(lin(a, layer.intermediate.dense)), layer.output.dense) + a, layer.output.LayerNorm)
+        logits = model.cls.double()(h)[0, target]
+        model.cls.float()
+    return torch.softmax(logits, -1).numpy()
+
+
+def copy_model(tokenizer):
+    """A 1-layer, 2-head BERT MLM that predicts the token its [MASK] row attends to: values and the
+    output projection copy the attended embedding (×20 over the residual), the FFN is zero, the
+    output head is the identity followed by the tied embedding matrix. Word embeddings N(0, 1),
+    no position or segment embeddings; queries and keys random (std 0.1)."""
+    import transformers as T
+    from attnviz.models.load import wrap
+
+    d = 128
+    cfg = T.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=d, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=32, max_position_embeddings=64, hidden_act="linear",
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    m = T.BertForMaskedLM._from_config(cfg, attn_implementation="eager")
+    eye = torch.eye(d)
+    with torch.no_grad():
+        e = m.bert.embeddings
+        e.word_embeddings.weight.normal_(0.0, 1.0)
+        e.position_embeddings.weight.zero_()
+        e.token_type_embeddings.weight.zero_()
+        layer = m.bert.encoder.layer[0]
+        layer.attention.self.query.weight.normal_(0.0, QK_STD)
+        layer.attention.self.key.weight.normal_(0.0, QK_STD)
+        layer.attention.self.value.weight.copy_(eye)
+        layer.attention.self.value.bias.zero_()
+        layer.attention.output.dense.weight.copy_(20 * eye)
+        layer.attention.output.dense.bias.zero_()
+        layer.output.dense.weight.zero_()
+        layer.output.dense.bias.zero_()
+        tr = m.cls.predictions.transform
+        tr.dense.weight.copy_(eye)
+        tr.dense.bias.zero_()
+        tr.LayerNorm.weight.fill_(0.1)  # softer output: p(copied token) about 0.9
+        m.cls.predictions.bias.zero_()
+    assert m.cls.predictions.decoder.weight.data_ptr() == e.word_embeddings.weight.data_ptr()
+    return wrap(m, tokenizer, spec="tiny:copy")
+
+
+@pytest.fixture(scope="module")
+def copy_lm(tokenizer):
+    lm = copy_model(tokenizer)
+    assert lm.decompositions_ok, lm.check
+    return lm
+
+
+@pytest.fixture(scope="module")
+def copy_frontier(copy_lm):
+    return A.frontier(copy_lm, SENTENCE, A.Site("layer", 0), lambdas=[0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0],
+                      steps=100, restarts=2, permutations=100, seed=0)
+
+
+# ------------------------------------------------------------------ distances
+
+
+def test_jsd_tvd_against_scipy_and_events():
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 7):
+        for _ in range(20):
+            p, q = rng.dirichlet(np.ones(n) * 0.5), rng.dirichlet(np.ones(n) * 0.5)
+            if rng.random() < 0.3:  # exact zeros
+                p[rng.integers(n)] = 0.0
+                p /= p.sum()
+            assert A.jsd(p, q) == pytest.approx(ref_jsd(p, q), abs=1e-12)
+            assert A.tvd(p, q) == pytest.approx(ref_tvd(p, q), abs=1e-12)
+            tp, tq = torch.tensor(p), torch.tensor(q)
+            assert float(A.jsd(tp, tq)) == pytest.approx(ref_jsd(p, q), abs=1e-12)
+            assert float(A.tvd(tp, tq)) == pytest.approx(ref_tvd(p, q), abs=1e-12)
+    # known values: disjoint supports reach ln 2 and TVD 1; identical give 0
+    assert A.jsd([1, 0, 0], [0, 0.5, 0.5]) == pytest.approx(math.log(2), abs=1e-15)
+    assert A.tvd([1, 0, 0], [0, 0.5, 0.5]) == pytest.approx(1.0)
+    assert A.jsd([0.2, 0.8], [0.2, 0.8]) == 0.0
+    # batched: [..., n] -> [...]
+    P, Q = rng.dirichlet(np.ones(4), size=(3, 2)), rng.dirichlet(np.ones(4), size=(3, 2))
+    got = A.jsd(P, Q)
+    assert got.shape == (3, 2)
+    assert got[2, 1] == pytest.approx(ref_jsd(P[2, 1], Q[2, 1]), abs=1e-12)
+
+
+def test_jsd_gradient_finite_at_zeros():
+    theta = torch.tensor([[0.0, -800.0, 1.0]], dtype=torch.float64, requires_grad=True)
+    a = torch.softmax(theta, -1)
+    assert a[0, 1] == 0.0  # underflow to an exact zero
+    j = A.jsd(a, torch.tensor([[0.5, 0.0, 0.5]], dtype=torch.float64))
+    j.sum().backward()
+    assert torch.isfinite(theta.grad).all()
+    # finite-difference check of the gradient on a generic point
+    th = torch.tensor([0.3, -0.2, 0.9, 0.1], dtype=torch.float64, requires_grad=True)
+    q = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    A.jsd(torch.softmax(th, -1), q).backward()
+    for i in range(4):
+        e = np.zeros(4)
+        e[i] = 1e-6
+        x = th.detach().numpy()
+        f = lambda v: ref_jsd(np.exp(v) / np.exp(v).sum(), q.numpy())  # noqa: E731
+        assert th.grad[i].item() == pytest.approx((f(x + e) - f(x - e)) / 2e-6, abs=1e-7)
+
+
+# ------------------------------------------------------------------ the override
+
+
+def test_override_matches_hand_written_bert(make_tiny):
+    lm = make_tiny("bert")
+    enc = A.encode(lm, SENTENCE)
+    t, n = enc.target, len(enc.tokens)
+    rng = np.random.default_rng(1)
+    # the reference itself reproduces the model's own output
+    own = torch.softmax(lm.model(input_ids=enc.ids).logits[0, t].double(), -1).detach().numpy()
+    assert np.abs(hf_bert_probs(lm.model, enc.ids, t) - own).max() < 1e-6
+    for site in (A.Site("head", 0, 2), A.Site("head", 1, 3), A.Site("layer", 1), A.Site("all")):
+        rows = site.rows(2, 4)
+        alpha = rng.dirichlet(np.ones(n) * 0.3, size=(3, len(rows)))
+        _, tv, probs = A.evaluate(lm, SENTENCE, site, alpha)
+        for b in range(3):
+            ov = {}
+            for r, (l, h) in enumerate(rows):
+                ov.setdefault(l, {})[h] = alpha[b, r]
+            ref = hf_bert_probs(lm.model, enc.ids, t, ov)
+            assert np.abs(probs[b] - ref).max() < 1e-6, site
+            assert tv[b] == pytest.approx(0.5 * np.abs(ref - own).sum(), abs=2e-6)
+
+
+def test_override_moves_the_prediction_predictably(copy_lm):
+    """In the copy model, putting all attention of the [MASK] row on token j makes the model predict
+    token j — for every j — while the original attention predicts something else."""
+    enc = A.encode(copy_lm, SENTENCE)
+    n, t = len(enc.tokens), enc.target
+    ids = enc.ids[0].tolist()
+    alpha = np.zeros((n, 2, n))
+    for j in range(n):
+        alpha[j, :, j] = 1.0
+    _, tv, probs = A.evaluate(copy_lm, SENTENCE, A.Site("layer", 0), alpha)
+    assert [int(np.argmax(p)) for p in probs] == ids
+    assert (tv > 0.5).all()
+    # the hand-written forward agrees on two of them
+    for j in (1, 4):
+        ref = hf_bert_probs(copy_lm.model, enc.ids, t, {0: {0: alpha[j, 0], 1: alpha[j, 1]}})
+        assert np.abs(probs[j] - ref).max() < 1e-6
+
+
+def test_fast_path_equals_run_layers_every_family(make_tiny):
+    from conftest import FAMILIES
+
+    for fam in FAMILIES:
+        lm = make_tiny(fam)
+        if lm.arch.head is None:
+            continue
+        for site in (A.Site("head", 0, 1), A.Site("head", 1, 3), A.Site("layer", 0), A.Site("all")):
+            pb = A.prepare(lm, SENTENCE, site)
+            g = torch.Generator().manual_seed(3)
+            a = torch.softmax(3 * torch.randn(4, pb.alpha0.shape[0], pb.n, generator=g), -1)
+            a = a * pb.allowed
+            a = a / a.sum(-1, keepdim=True)
+            with torch.no_grad():
+                fast, slow = pb.outputs(a, fast=True), pb.outputs(a, fast=False)
+                same = pb.outputs(pb.alpha0.unsqueeze(0).float(), fast=True)
+            assert (fast - slow).abs().max() < 1e-9, (fam, site)
+            assert float(A.tvd(same[0], pb.y0)) < 1e-6, (fam, site)  # the original rows reproduce ŷ
+
+
+def test_plain_encoder_and_bad_sites_give_one_line_errors(make_tiny):
+    with pytest.raises(InputError, match="no output head"):
+        A.frontier(make_tiny("bert-base"), SENTENCE, A.Site("head", 0, 0), steps=2)
+    lm = make_tiny("bert")
+    with pytest.raises(InputError, match="layer 7 does not exist"):
+        A.prepare(lm, SENTENCE, A.Site("head", 6, 0))
+    with pytest.raises(InputError, match="head 5 does not exist"):
+        A.prepare(lm, SENTENCE, A.Site("head", 0, 4))
+    with pytest.raises(InputError):
+        A.Site("neuron", 0, 0)
+    bad = make_tiny("bert", seed=5, check=False)
+    from attnviz.models.load import SelfCheck
+    bad.check = SelfCheck(False, 1.0, reason="layer 1 differs")
+    with pytest.raises(AttnvizError, match="disabled"):
+        A.prepare(bad, SENTENCE, A.Site("head", 0, 0))
+
+
+# ------------------------------------------------------------------ frontier
+
+
+def test_frontier_points_are_what_they_claim(copy_lm, copy_frontier):
+    fr = copy_frontier
+    enc = A.encode(copy_lm, SENTENCE)
+    y0 = hf_bert_probs(copy_lm.model, enc.ids, enc.target)
+    # point 0 is the original attention (the model's own rows)
+    own = copy_lm.model(input_ids=enc.ids, output_attentions=True).attentions[0][0, :, enc.target].detach().numpy()
+    assert np.abs(fr.alpha[0] - own).max() < 1e-6
+    assert fr.jsd[0] == 0 and fr.tvd[0] == 0
+    # a sample of points, including the envelope, recomputed independently
+    rng = np.random.default_rng(0)
+    pick = set(fr.envelope.tolist()) | set(rng.choice(len(fr.jsd), 8, replace=False).tolist())
+    for i in sorted(pick)[:14]:
+        a = fr.alpha[i].astype(np.float64)
+        assert np.allclose(a.sum(-1), 1.0, atol=1e-5)
+        assert fr.jsd[i] == pytest.approx(np.mean([ref_jsd(a[r], own[r]) for r in range(2)]), abs=2e-6)
+        ref = hf_bert_probs(copy_lm.model, enc.ids, enc.target, {0: {0: a[0], 1: a[1]}})
+        assert fr.tvd[i] == pytest.approx(0.5 * np.abs(ref - y0).sum(), abs=2e-5)
+        assert int(fr.top_idx[i, 0]) == int(np.argmax(ref))
+
+
+def test_frontier_is_monotone_and_a_lower_envelope(copy_frontier):
+    fr = copy_frontier
+    ex, ey = fr.envelope_xy()
+    assert (np.diff(ex) > 0).all() and (np.diff(ey) > 0).all()
+    assert fr.envelope[0] == 0  # the original anchors it at (0, 0)
+    for i in range(len(fr.jsd)):  # every point is on or above the envelope (plain loop)
+        assert any(fr.jsd[e] >= fr.jsd[i] and fr.tvd[e] <= fr.tvd[i] for e in fr.envelope)
+    for e in fr.envelope:  # and no point dominates an envelope point strictly
+        dom = (fr.jsd >= fr.jsd[e]) & (fr.tvd < fr.tvd[e])
+        assert not dom.any()
+    # per-λ optima: JSD and TVD non-decreasing in λ; each minimises TVD - λ JSD over all points
+    bj, bt = fr.jsd[fr.best], fr.tvd[fr.best]
+    assert (np.diff(bj) >= 0).all() and (np.diff(bt) >= 0).all()
+    for k, lam in enumerate(fr.lambdas):
+        assert fr.tvd[fr.best[k]] - lam * fr.jsd[fr.best[k]] <= (fr.tvd - lam * fr.jsd).min() + 1e-15
+    # lookups along the frontier
+    for x in (0.0, 0.05, 0.2, 0.5):
+        i = fr.at_jsd(x)
+        if fr.jsd.max() >= x:
+            assert fr.jsd[i] >= x and fr.tvd[i] == fr.tvd[fr.jsd >= x].min()
+    for eps in (0.0, 0.01, 0.1, 0.5):
+        i = fr.within(eps)
+        assert fr.tvd[i] <= eps and fr.jsd[i] == fr.jsd[fr.tvd <= eps].max()
+
+
+def test_lambda_zero_stays_at_the_original_and_large_lambda_moves(copy_frontier):
+    fr = copy_frontier
+    # λ = 0: the run started at the original ends with TVD ≈ 0 close to the original
+    sel = (fr.lam == 0.0) & (fr.restart == 0) & (fr.step == fr.steps)
+    assert sel.sum() == 1
+    assert fr.tvd[sel][0] < 1e-3 and fr.jsd[sel][0] < 1e-2
+    assert fr.best[0] == 0  # nothing beats the original's objective 0 at λ = 0
+    # the largest λ buys a large JSD (and pays in TVD): the copy model's output follows attention
+    k = len(fr.lambdas) - 1
+    assert fr.jsd[fr.best[k]] > 0.3
+    assert fr.tvd[fr.best[k]] > 0.3
+    # a moderate budget: some attention change is possible for TVD <= 0.01 but the permutations
+    # (which move attention a lot) move the output far more
+    assert fr.tvd[fr.within(0.01)] <= 0.01
+    assert np.median(fr.perm_tvd) > 0.05
+
+
+def test_lower_envelope_and_best_per_lambda_brute_force():
+    rng = np.random.default_rng(5)
+    j, t = rng.random(60), rng.random(60)
+    j[:5] = j[5:10]  # JSD ties
+    env = A.lower_envelope(j, t)
+    brute = [i for i in range(60) if not any((j[k] >= j[i]) and (t[k] < t[i]) for k in range(60))
+             and not any(j[k] == j[i] and t[k] == t[i] and k < i for k in range(60))]
+    assert sorted(env.tolist()) == sorted(brute)
+    lams = np.array([0.0, 0.5, 1, 2, 5])
+    b = A.best_per_lambda(j, t, lams)
+    for k, lam in enumerate(lams):
+        assert t[b[k]] - lam * j[b[k]] == pytest.approx(min(t - lam * j))
+
+
+def test_baselines(copy_lm, copy_frontier):
+    fr = copy_frontier
+    assert len(fr.perm_jsd) == len(fr.perm_tvd) == 100
+    enc = A.encode(copy_lm, SENTENCE)
+    n = len(enc.tokens)
+    u = np.full(n, 1.0 / n)
+    assert fr.uniform[0] == pytest.approx(np.mean([ref_jsd(u, fr.alpha0[r]) for r in range(2)]), abs=1e-9)
+    ref = hf_bert_probs(copy_lm.model, enc.ids, enc.target, {0: {0: u, 1: u}})
+    y0 = hf_bert_probs(copy_lm.model, enc.ids, enc.target)
+    assert fr.uniform[1] == pytest.approx(0.5 * np.abs(ref - y0).sum(), abs=2e-5)
+    # permutations keep the values of each row: their JSD to the original is that of some
+    # permutation; the median is far from 0 and below ln 2
+    assert 0.05 < np.median(fr.perm_jsd) < math.log(2)
+
+
+def test_permutations_are_permutations(copy_lm):
+    pb = A.prepare(copy_lm, SENTENCE, A.Site("layer", 0))
+    perms = A._permutations(pb, 100, torch.Generator().manual_seed(0))
+    assert perms.shape == (100, 2, pb.n)
+    a0 = np.sort(pb.alpha0.numpy(), -1)
+    assert np.allclose(np.sort(perms.numpy(), -1), a0[None])
+    assert len({tuple(np.argsort(p[0])) for p in perms.numpy()}) > 90
+
+
+def test_causal_rows_keep_future_at_zero(make_tiny):
+    lm = make_tiny("gpt2")
+    fr = A.frontier(lm, "the keys to the cabinet", A.Site("head", 1, 0), target=2,
+                    lambdas=[0.0, 1.0], steps=10, restarts=2, permutations=10)
+    assert np.abs(fr.alpha[:, :, 3:]).max() == 0.0
+    assert np.allclose(fr.alpha.sum(-1), 1.0, atol=1e-5)
+
+
+# ------------------------------------------------------------------ Jain & Wallace, seeds
+
+
+def test_jain_wallace_reports_true_numbers(copy_lm):
+    jw = A.jain_wallace(copy_lm, SENTENCE, A.Site("layer", 0), steps=60, seed=0)
+    assert jw.alpha.shape[0] == A.JW_K == 5
+    enc = A.encode(copy_lm, SENTENCE)
+    y0 = hf_bert_probs(copy_lm.model, enc.ids, enc.target)
+    own = copy_lm.model(input_ids=enc.ids, output_attentions=True).attentions[0][0, :, enc.target].detach().numpy()
+    for i in range(5):
+        a = jw.alpha[i].astype(np.float64)
+        ref = hf_bert_probs(copy_lm.model, enc.ids, enc.target, {0: {0: a[0], 1: a[1]}})
+        assert jw.tvd[i] == pytest.approx(0.5 * np.abs(ref - y0).sum(), abs=2e-5)
+        assert jw.jsd[i] == pytest.approx(np.mean([ref_jsd(a[r], own[r]) for r in range(2)]), abs=2e-6)
+        assert int(jw.top_idx[i, 0]) == int(np.argmax(ref))
+    assert (jw.accepted == (jw.tvd <= 0.05)).all()
+    if jw.accepted.any():
+        assert jw.best_jsd == jw.jsd[jw.accepted].max() and jw.accepted[jw.best]
+    else:
+        assert jw.best == -1 and jw.best_jsd == 0.0
+
+
+def test_jain_wallace_finds_adversaries_where_attention_does_not_matter(make_tiny):
+    """A random tiny model's output hardly depends on its attention: Jain & Wallace's search finds
+    very different attention (JSD > 0.3 of at most ln 2) within the hinge."""
+    jw = A.jain_wallace(make_tiny("bert"), SENTENCE, A.Site("head", 1, 2), steps=150, seed=0)
+    assert jw.accepted.all() and (jw.tvd < A.JW_EPS).all()
+    assert jw.best_jsd > 0.3 and jw.best == int(np.argmax(jw.jsd))
+    # their mutual-JSD term keeps the adversaries apart
+    a = jw.alpha[:, 0].astype(np.float64)
+    assert min(ref_jsd(a[i], a[k]) for i in range(5) for k in range(i)) > 0.05
+
+
+def test_seed_baseline_against_the_models_own_outputs(make_tiny):
+    a, b = make_tiny("bert", seed=0), make_tiny("bert", seed=1)
+    enc = A.encode(a, SENTENCE)
+    t = enc.target
+    pts = A.seed_baseline(a, [b], SENTENCE, A.Site("head", 1, 2))
+    oa = a.model(input_ids=enc.ids, output_attentions=True)
+    ob = b.model(input_ids=enc.ids, output_attentions=True)
+    ra, rb = oa.attentions[1][0, 2, t].detach().numpy(), ob.attentions[1][0, 2, t].detach().numpy()
+    pa = torch.softmax(oa.logits[0, t].double(), -1).detach().numpy()
+    pb = torch.softmax(ob.logits[0, t].double(), -1).detach().numpy()
+    assert pts[0].jsd == pytest.approx(ref_jsd(ra, rb), abs=1e-6)
+    assert pts[0].tvd == pytest.approx(0.5 * np.abs(pa - pb).sum(), abs=1e-6)
+    layer = A.seed_baseline(a, [b], SENTENCE, A.Site("layer", 0))[0]
+    want = np.mean([ref_jsd(oa.attentions[0][0, h, t].detach().numpy(), ob.attentions[0][0, h, t].detach().numpy())
+                    for h in range(4)])
+    assert layer.jsd == pytest.approx(want, abs=1e-6)
+
+
+def test_seed_specs():
+    have = ["agreement", "agreement-seed1", "agreement-seed2", "pronoun"]
+    assert A.seed_specs("builtin:agreement", have) == ["builtin:agreement-seed1", "builtin:agreement-seed2"]
+    assert A.seed_specs("builtin:agreement-seed1", have) == ["builtin:agreement", "builtin:agreement-seed2"]
+    assert A.seed_specs("builtin:pronoun", have) == []
+    assert A.seed_specs("pkg:minilm", have) == []
+
+
+def test_caption_says_what_the_plot_says(copy_frontier):
+    fr = copy_frontier
+    text = fr.caption(0.01)
+    i = fr.within(0.01)
+    assert "all heads of layer 1" in text
+    assert f"JSD {fr.jsd[i]:.2f}" in text and f"TVD {fr.tvd[i]:.4f}" in text
