@@ -137,6 +137,8 @@ def cmd_study(args) -> int:
         print(f"model accuracy on these items (p(answer) > p(wrong)): {acc:.3f}")
     for m, why in res.left_out.items():
         print(f"left out {m}: {why}")
+    for note in res.notes:
+        print(f"note: {note}")
     for b in [b for b in ("blank_out", "grad_norm") if b in res.baselines] or res.baselines[:1]:
         print(f"\nmean Spearman (± std) vs {b}:\n{res.markdown(b)}")
     print("\nwritten: " + ", ".join(paths.values()))

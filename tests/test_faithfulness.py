@@ -348,3 +348,70 @@ def test_study_skips_unusable_sentences(make_tiny):
     lm = make_tiny("bert")
     res = F.study(lm, ["the cat [MASK] here .", "[MASK]"], baselines=["blank_out"])
     assert res.n_sentences == 1 and res.skipped[0][0] == 1 and "no tokens to attribute" in res.skipped[0][1]
+
+
+def test_study_on_a_model_without_head_ignores_contrasts(make_tiny):
+    lm = make_tiny("bert-base")
+    res = F.study(lm, ITEMS[:2], baselines=["blank_out"])
+    assert res.n_sentences == 2 and not res.skipped and res.settings["use_contrast"] is False
+    assert "no output head" in res.notes[0] and res.accuracy() is None
+
+
+# ---------------------------------------------------------------- the app page
+@pytest.mark.slow
+def test_faithfulness_page_tables(monkeypatch):
+    """The page's correlation table against an independent reference (the model's own attentions, an
+    explicit blank-out loop, scipy), and the corpus table against per-sentence results."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import attnviz
+    from attnviz.builtin import load_eval_set
+
+    monkeypatch.setenv("ATTNVIZ_TORCH_THREADS", "1")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=90)
+    at.run()
+    at.switch_page("pages/faithfulness.py")
+    at.run()
+    assert not at.exception and not at.error
+    spec, text = at.session_state["spec"], at.session_state["text"]
+    lm = attnviz.load_model(spec)
+    enc = encode(lm, text)
+    ids, t = enc.ids[0], enc.target
+    with torch.no_grad():
+        out = lm.model(input_ids=enc.ids, output_attentions=True, output_hidden_states=True)
+
+    def f(x):  # the target quantity, written plainly for either kind of model
+        with torch.no_grad():
+            o = lm.model(input_ids=x.unsqueeze(0))
+        if getattr(o, "logits", None) is not None:
+            return float(torch.softmax(o.logits[0, t].double(), -1)[int(out.logits[0, t].argmax())])
+        h, h0 = o.last_hidden_state[0, t].double(), out.last_hidden_state[0, t].double()
+        return float(h @ h0 / (h.norm() * h0.norm()))
+
+    pos = [j for j in range(len(ids)) if not enc.special[j] and j != t]
+    f0 = f(ids)
+    blank = []
+    for j in pos:
+        b = ids.clone()
+        b[j] = lm.tokenizer.unk_token_id
+        blank.append(abs(f(b) - f0))
+    df = at.dataframe[0].value
+    assert list(df.columns) == [f"L{l + 1}" for l in range(lm.n_layers)]
+    for l in range(lm.n_layers):
+        row = out.attentions[l][0].double().mean(0)[t].numpy()[pos]
+        assert df.loc["Raw attention", f"L{l + 1}"] == pytest.approx(scipy.stats.spearmanr(row, blank).statistic, abs=1e-6)
+    assert len(at.get("plotly_chart")) == 1
+    # the corpus panel on 3 sentences
+    at.number_input(key="fa_study_n").set_value(3)
+    at.button(key="fa_study_go").click()
+    at.run()
+    assert not at.exception and not at.error
+    table = at.dataframe[1].value
+    per = []
+    for it in load_eval_set("agreement", 3):
+        contrast = None if F.output_kind(lm) == "hidden" else (it["answer"], it["wrong"])
+        per.append(F.score_sentence(lm, it["text"], contrast=contrast).correlations.rho[:, :, 0])
+    np.testing.assert_allclose(table.to_numpy(), np.nanmean(per, 0), atol=1e-9, equal_nan=True)
+    assert len(at.get("plotly_chart")) == 2

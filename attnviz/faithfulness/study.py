@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import AttnvizError, InputError
-from .importance import BASELINES, DEFAULT_IG_STEPS
+from .importance import BASELINES, DEFAULT_IG_STEPS, output_kind
 from .sentence import CORE_METHODS, available_methods, score_sentence
 
 STUDY_METHODS = CORE_METHODS
@@ -57,6 +57,7 @@ class StudyResult:
     left_out: dict = field(default_factory=dict)  # method -> reason (model cannot compute it)
     resumed: int = 0  # sentences taken from an earlier run
     seconds: float = 0.0
+    notes: list = field(default_factory=list)
 
     @property
     def n_sentences(self) -> int:
@@ -120,7 +121,7 @@ class StudyResult:
     def to_json(self) -> dict:
         return dict(settings=self.settings, methods=self.methods, baselines=self.baselines, n_layers=self.n_layers,
                     n_sentences=self.n_sentences, skipped=[dict(i=i, reason=r) for i, r in self.skipped],
-                    left_out=self.left_out, resumed=self.resumed, seconds=self.seconds,
+                    left_out=self.left_out, resumed=self.resumed, seconds=self.seconds, notes=self.notes,
                     ig_completeness_rel_max=_num(max((r.get("ig_rel", 0.0) or 0.0) for r in self.records)
                                                  if self.records else float("nan")),
                     accuracy=self.accuracy(), summary=self.rows(), reference_abnar_zuidema_table1=ABNAR_ZUIDEMA_TABLE1)
@@ -198,6 +199,11 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise ValueError(f"unknown baseline(s) {unknown}; known: {list(BASELINES)}")
+    notes = []
+    if use_contrast and output_kind(lm) == "hidden":
+        use_contrast = False
+        notes.append("this model has no output head: the items' answer / wrong words are not used "
+                     "(target: cosine of the final hidden state)")
     settings = dict(model=lm.spec, methods=methods, baselines=baselines, ig_steps=int(ig_steps),
                     include_target=bool(include_target), use_contrast=bool(use_contrast), max_tokens=int(max_tokens))
     done = {}
@@ -258,7 +264,7 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
     R = np.stack(rho) if rho else np.zeros(shape)
     T = np.stack(tau) if tau else np.zeros(shape)
     return StudyResult(methods, baselines, n_layers, R, T, records, skipped, settings, left_out, resumed,
-                       time.perf_counter() - t_start)
+                       time.perf_counter() - t_start, notes)
 
 
 def load_study(out_dir) -> StudyResult:

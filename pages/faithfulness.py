@@ -1,0 +1,223 @@
+"""Faithfulness: do the maps agree with what actually changes the prediction?
+
+For the current sentence: importance baselines next to the maps' target rows, and a method × layer
+table of rank correlations. Below: the corpus study on the built-in evaluation set.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attnviz import METHODS
+from attnviz import faithfulness as F
+from attnviz.errors import AttnvizError, InputError
+from attnviz.faithfulness import figures
+
+try:
+    from pages import ui
+except ImportError:  # run from inside pages/
+    import ui
+
+STATS = {"spearman": "Spearman ρ", "kendall": "Kendall τ-b"}
+
+st.title("Faithfulness")
+st.caption("Which input tokens actually change the prediction (blank one out, delete it, or follow the "
+           "gradient), and do the maps' rows for the target agree? Abnar & Zuidema (2020) found rollout and "
+           "flow agree better than raw attention in upper layers; check it here for any sentence.")
+
+lm = ui.model()
+if lm is None:
+    st.stop()
+available, left_out = F.available_methods(lm, list(METHODS))
+default_methods = [m for m in F.CORE_METHODS if m in available]
+kind = F.output_kind(lm)
+
+# ---------------------------------------------------------------- settings
+c1, c2 = st.columns(2)
+with c1:
+    if "fa_methods" not in st.session_state:
+        st.session_state.fa_methods = default_methods
+    st.multiselect("Maps", available, key="fa_methods", persist_state="session", format_func=ui.method_label,
+                   help="The maps whose target row is compared with the importance baselines.")
+    if "fa_baselines" not in st.session_state:
+        st.session_state.fa_baselines = list(F.BASELINES)
+    st.multiselect("Importance baselines", list(F.BASELINES), key="fa_baselines", persist_state="session",
+                   format_func=F.BASELINES.get)
+with c2:
+    if kind == "hidden":
+        st.caption("This model has no output head: the target quantity is the cosine similarity of the "
+                   "target's final hidden state to its unperturbed value (no contrast possible).")
+        contrast = None
+    else:
+        k1, k2 = st.columns(2)
+        right = k1.text_input("Correct word (optional)", key="fa_correct", persist_state="session",
+                              help="With both words the target is p(correct) − p(wrong); "
+                                   "else p(the model's prediction).")
+        wrong = k2.text_input("Wrong word (optional)", key="fa_wrong", persist_state="session")
+        contrast = (right.strip(), wrong.strip()) if right.strip() and wrong.strip() else None
+    k3, k4 = st.columns(2)
+    ig_steps = k3.number_input("Integrated-gradient steps", 1, 256, 32, key="fa_ig_steps", persist_state="session",
+                               help="Gauss-Legendre nodes on the straight path from the zero word embedding.")
+    include_target = k4.checkbox("Include the target token", key="fa_include_target", persist_state="session",
+                                 help="By default the target position itself is left out of the comparison "
+                                      "(it cannot be deleted, and every map gives it a large self-share).")
+
+methods = [m for m in st.session_state.get("fa_methods", []) if m in available]
+baselines = [b for b in st.session_state.get("fa_baselines", []) if b in F.BASELINES]
+if not methods or not baselines:
+    st.info("Pick at least one map and one importance baseline.")
+    st.stop()
+
+a = ui.analysis(methods)
+if a is None:
+    st.stop()
+
+
+@st.cache_data(show_spinner="Measuring token importance…", max_entries=32)
+def _score(spec: str, text: str, target: int, methods: tuple, baselines: tuple, contrast, ig_steps: int,
+           include_target: bool, _lm, _a):
+    r = F.score_sentence(_lm, text, methods=list(methods), baselines=list(baselines), contrast=contrast,
+                         ig_steps=ig_steps, include_target=include_target, analysis=_a, max_tokens=ui.cap())
+    return r.importance, r.correlations, r.notes
+
+
+try:
+    imp, corr, notes = _score(lm.spec, a.text, a.target, tuple(m for m in methods if m in a.maps), tuple(baselines),
+                              contrast, int(ig_steps), bool(include_target), lm, a)
+except (InputError, AttnvizError) as e:
+    ui.show_error(e)
+    st.stop()
+
+labels = figures.token_labels(imp.tokens)
+st.info(f"Target quantity: {ui.plain(imp.target.label)} = {imp.f0:.4g} on this sentence.", icon=":material/target:")
+for m, why in a.disabled.items():
+    if m in methods:
+        st.warning(f"{ui.method_label(m)}: {ui.plain(why)}", icon=":material/block:")
+for note in notes:
+    if not note.startswith("undefined"):
+        st.caption(ui.plain(note))
+explain = [f"blank-out replaces a token with {ui.plain(imp.blank_token)}" if imp.blank_token else None,
+           "leave-one-out deletes it" if "leave_one_out" in imp.values else None]
+if imp.ig:
+    explain.append(f"integrated gradients: {imp.ig['steps']} steps, completeness error "
+                   f"{imp.ig['completeness_abs']:.1e} ({100 * imp.ig['completeness_rel']:.2g} % of f(x) − f(baseline))")
+st.caption("; ".join(e for e in explain if e) + f". Compared over {len(imp.positions)} tokens "
+           f"(special tokens{'' if include_target else ' and the target'} left out).")
+
+
+# ---------------------------------------------------------------- bars (a fragment: the slider reruns only this)
+@st.fragment
+def bars_panel(imp, rows: dict, L: int):
+    layer = st.slider("Layer of the maps' rows", 1, L, L, key="fa_layer")
+    fig = figures.importance_figure(imp, rows, layer - 1)
+    st.plotly_chart(fig, key="fa_bars", config={"displayModeBar": False})
+    st.caption("Red: importance baselines (absolute change of the target quantity, or gradient sizes). "
+               "Blue: each map's row for the target at this layer. Each panel has its own scale: the "
+               "correlations below compare ranks only.")
+
+
+rows = F.target_rows(a.maps, imp.target.position, corr.methods)
+st.subheader("Importance and the maps' rows", anchor=False)
+bars_panel(imp, rows, corr.n_layers)
+
+# ---------------------------------------------------------------- correlation table
+st.subheader("Rank correlation with importance", anchor=False)
+t1, t2 = st.columns(2)
+baseline = t1.selectbox("Against", corr.baselines, format_func=F.BASELINES.get, key="fa_table_baseline")
+stat = t2.radio("Statistic", list(STATS), format_func=STATS.get, horizontal=True, key="fa_table_stat")
+
+
+def corr_table(values: np.ndarray, methods: list) -> pd.DataFrame:
+    """[M, L] -> DataFrame (rows: method labels, columns L1..)."""
+    return pd.DataFrame(values, index=[ui.method_label(m) for m in methods],
+                        columns=[f"L{l + 1}" for l in range(values.shape[1])])
+
+
+def styled(df: pd.DataFrame):
+    return (df.style.highlight_max(axis=0, props="font-weight: bold; background-color: rgba(46,160,67,0.35)")
+            .format("{:+.3f}", na_rep="n/a"))
+
+
+bi = corr.baselines.index(baseline)
+df = corr_table(corr.stat(stat)[:, :, bi], corr.methods)
+st.dataframe(styled(df), key="fa_table")
+best = corr.best(stat)[:, bi]
+st.caption("Highlighted: the best map in each layer (" +
+           ", ".join(f"L{l + 1} {ui.method_label(corr.methods[m])}" for l, m in enumerate(best) if m >= 0) +
+           "). n/a: undefined.")
+undefined = [n for n in notes if n.startswith("undefined")]
+for n in undefined:
+    st.warning(ui.plain(n) + " — a constant vector has no ranking, so the correlation is not defined there.",
+               icon=":material/warning:")
+
+# ---------------------------------------------------------------- corpus study
+st.divider()
+st.subheader("Corpus study: the built-in evaluation set", anchor=False)
+st.caption("The same correlations averaged over held-out agreement sentences (target p(answer) − p(wrong) "
+           "when the model has an output head), as in Abnar & Zuidema (2020), Table 1.")
+
+
+@st.cache_resource
+def _study_store() -> dict:
+    """Finished studies, shared by all sessions (read-only once stored)."""
+    return {}
+
+
+s1, s2 = st.columns([1, 3])
+n_items = s1.number_input("Sentences", 1, 2000, 200, step=50, key="fa_study_n")
+key = (lm.spec, int(n_items), tuple(corr.methods), tuple(corr.baselines), int(ig_steps), bool(include_target))
+store = _study_store()
+if s2.button("Run the study", key="fa_study_go", icon=":material/play_arrow:"):
+    try:
+        from attnviz.builtin import load_eval_set
+
+        items = load_eval_set("agreement", int(n_items))
+    except (OSError, ValueError) as e:
+        ui.show_error(InputError(f"the built-in evaluation set cannot be read: {e}"))
+        items = None
+    if items:
+        bar = st.progress(0.0, text=f"0 / {len(items)} sentences")
+
+        def progress(done, total):
+            bar.progress(done / max(total, 1), text=f"{done} / {total} sentences")
+
+        try:
+            res = F.study(lm, items, methods=list(corr.methods), baselines=list(corr.baselines),
+                          ig_steps=int(ig_steps), include_target=bool(include_target), progress=progress)
+        except AttnvizError as e:
+            ui.show_error(e)
+        else:
+            if len(store) > 16:
+                store.pop(next(iter(store)))
+            store[key] = res
+        bar.empty()
+
+res = store.get(key)
+if res is None:
+    st.caption("Press the button to run it (progress is shown; about a second per sentence on the built-in "
+               "model, more for larger models and when gradients of a model without output head are needed).")
+else:
+    facts = [f"{res.n_sentences} sentences in {res.seconds:.0f} s"]
+    if res.accuracy() is not None:
+        facts.append(f"model accuracy {100 * res.accuracy():.1f} %")
+    if res.skipped:
+        facts.append(f"{len(res.skipped)} skipped")
+    st.caption("; ".join(facts) + ". " + " ".join(ui.plain(n) for n in res.notes))
+    sb = st.selectbox("Against", res.baselines, format_func=F.BASELINES.get, key="fa_study_baseline")
+    sstat = st.radio("Statistic", list(STATS), format_func=STATS.get, horizontal=True, key="fa_study_stat")
+    summ = res.summary()[sstat]
+    bj = res.baselines.index(sb)
+    st.dataframe(styled(corr_table(summ["mean"][:, :, bj], res.methods)), key="fa_study_table")
+    st.caption("Mean over sentences; highlighted: the best map per layer. Standard deviations and counts below.")
+    with st.expander("Standard deviation and number of defined correlations"):
+        st.dataframe(corr_table(summ["std"][:, :, bj], res.methods).style.format("{:.3f}", na_rep="n/a"),
+                     key="fa_study_std")
+        st.dataframe(corr_table(summ["count"][:, :, bj].astype(float), res.methods).style.format("{:.0f}"),
+                     key="fa_study_count")
+    ref = F.ABNAR_ZUIDEMA_TABLE1
+    st.caption("Abnar & Zuidema (2020) Table 1, Spearman vs blank-out, layers " +
+               "/".join(map(str, ref["layers"])) + ": " +
+               "; ".join(f"{ui.method_label(m)} " + "/".join(f"{v:+.2f}" for v in ref[m])
+                         for m in ("attention", "rollout", "flow")))
+    st.plotly_chart(figures.study_figure(res, sstat), key="fa_study_fig")
