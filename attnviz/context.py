@@ -94,6 +94,26 @@ def load_sentences(path=None, limit: Optional[int] = None) -> list:
     return lines[:limit] if limit is not None else lines
 
 
+CORPORA = {"ordinary": "ordinary English sentences (hand-written)",
+           "agreement": "built-in agreement test set (synthetic, held out)",
+           "pronoun": "built-in pronoun test set (synthetic, held out)"}
+
+
+def load_corpus(name: str = "ordinary", limit: Optional[int] = None) -> list:
+    """name in CORPORA -> its sentences (the synthetic test items keep their [MASK])."""
+    if name == "ordinary":
+        return load_sentences(limit=limit)
+    if name not in CORPORA:
+        raise InputError(f"unknown corpus '{name}' (known: {', '.join(CORPORA)})")
+    from .builtin import load_eval_set
+
+    try:
+        items = load_eval_set(name, limit)
+    except (OSError, ValueError) as e:
+        raise InputError(f"the {CORPORA[name]} is not available: {e}") from None
+    return [it["text"] for it in items]
+
+
 @dataclass
 class CorpusMixing:
     """Per-layer mean ratios over every token of every sentence: per_layer {name: [L]}; overall
@@ -171,9 +191,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=atb_ff.DEFAULT_STEPS)
     ap.add_argument("--exclude-special", action="store_true")
     ap.add_argument("--file", default=None)
+    ap.add_argument("--corpus", default="ordinary", choices=list(CORPORA))
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    sentences = load_sentences(a.file, a.limit)
+    sentences = load_sentences(a.file, a.limit) if a.file else load_corpus(a.corpus, a.limit)
     res = {}
     for spec in a.model or ["pkg:minilm"]:
         cm = corpus_mixing(load_model(spec), sentences, steps=a.steps, exclude_special=a.exclude_special)

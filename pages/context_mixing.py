@@ -154,18 +154,20 @@ side_by_side()
 
 # ---------------------------------------------------------------------------------- the corpus
 st.subheader("Over a corpus", anchor=False)
+corpus = st.radio("Corpus", list(context.CORPORA), format_func=lambda k: context.CORPORA[k], key="cm_corpus",
+                  horizontal=True, help="The synthetic test sets use the built-in models' vocabulary; "
+                                        "ordinary English is what Kobayashi et al. measured (on Wikipedia).")
 try:
-    sentences = context.load_sentences()
+    sentences = context.load_corpus(corpus)
 except InputError as e:
     ui.show_error(e)
     st.stop()
 n_max = len(sentences)
-n_use = int(st.number_input(f"Sentences from the built-in evaluation set ({n_max} ordinary English sentences)",
-                            min_value=1, max_value=n_max, value=min(100, n_max), key="cm_corpus_n"))
+n_use = int(st.number_input(f"Sentences (of {n_max})", min_value=1, max_value=n_max, value=min(100, n_max),
+                            key="cm_corpus_n"))
 store = _corpus_store()
-ckey = (ui.spec(), steps, n_use, bool(no_special))
+ckey = (ui.spec(), corpus, steps, n_use, bool(no_special), ui.cap())
 if ckey not in store:
-    st.caption(f"About {0.3 * n_use * lm.n_layers / 6:.0f} s on a laptop core for MiniLM.")
     if st.button(f"Compute over {n_use} sentences", key="cm_corpus_go", icon=":material/play_arrow:"):
         bar = st.progress(0.0, text="starting…")
 

@@ -65,6 +65,15 @@ def test_sentences_file():
     assert context.load_sentences(limit=5) == s[:5]
 
 
+def test_corpora():
+    for name in context.CORPORA:
+        s = context.load_corpus(name, limit=4)
+        assert len(s) == 4 and all(isinstance(x, str) and x for x in s)
+    assert all("[MASK]" in x for x in context.load_corpus("agreement", limit=20))
+    with pytest.raises(context.InputError):
+        context.load_corpus("wikipedia")
+
+
 def test_corpus_means_plain(make_tiny):
     lm = make_tiny("bert")
     sents = ["the cat sat on the mat .", "a dog barked at night .", "we went home early today ."]
