@@ -426,3 +426,137 @@ def test_caption_says_what_the_plot_says(copy_frontier):
     i = fr.within(0.01)
     assert "all heads of layer 1" in text
     assert f"JSD {fr.jsd[i]:.2f}" in text and f"TVD {fr.tvd[i]:.4f}" in text
+
+
+# ------------------------------------------------------------------ the app page
+
+
+def _arr(v):
+    """A plotly JSON array: a list, or {"dtype", "bdata" (base64), "shape"} for numpy data."""
+    import base64
+
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        return a.reshape([int(k) for k in str(v["shape"]).split(",")]) if "shape" in v else a
+    return np.asarray(v)
+
+
+def _charts(at):
+    import json
+
+    return {json.loads(c.proto.spec)["layout"].get("meta"): json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def _trace(chart, prefix):
+    return next(t for t in chart["data"] if t.get("name", "").startswith(prefix))
+
+
+def test_adversarial_page(tokenizer):
+    """The page on builtin:agreement: compute a small frontier, then check the figures against the
+    model's own attention and outputs and a hand-written forward with α′ in place; move the sliders."""
+    import os
+    from pathlib import Path
+
+    import attnviz
+    from attnviz.models.load import builtin_names
+    from attnviz.plots import clean_token
+
+    if "agreement" not in builtin_names():
+        pytest.skip("builtin:agreement is not installed")
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
+    root = Path(__file__).resolve().parents[1]
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=120)
+    at.query_params["model"] = "builtin:agreement"
+    at.query_params["text"] = SENTENCE
+    at.run()
+    at.switch_page("pages/adversarial.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not _charts(at)  # nothing is computed before the button
+    at.number_input(key="adv_steps").set_value(40)
+    at.number_input(key="adv_points").set_value(6)
+    at.number_input(key="adv_restarts").set_value(2)
+    at.number_input(key="adv_jw_steps").set_value(20)
+    at.run()
+    at.button(key="adv_go").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    ch = _charts(at)
+    assert {"frontier", "attention", "pred_before", "pred_after"} <= set(ch)
+
+    lm = attnviz.load_model("builtin:agreement")
+    enc = A.encode(lm, SENTENCE)
+    t, L = enc.target, lm.n_layers
+    own = lm.model(input_ids=enc.ids, output_attentions=True)
+    a0 = own.attentions[L - 1][0, 0, t].detach().numpy()  # default site: layer L, head 1
+    y0 = hf_bert_probs(lm.model, enc.ids, t)
+    y_own = torch.softmax(own.logits[0, t].double(), -1).detach().numpy()
+    assert np.abs(y0 - y_own).max() < 1e-6
+
+    def check_shown(ch, marker):
+        bars = ch["attention"]["data"]
+        orig, adv = _arr(bars[0]["y"]).astype(float), _arr(bars[1]["y"]).astype(float)
+        assert np.abs(orig - a0).max() < 1e-6
+        assert abs(adv.sum() - 1) < 1e-5
+        pt = _trace(ch["frontier"], marker)
+        x, y = float(_arr(pt["x"])[0]), float(_arr(pt["y"])[0])
+        assert x == pytest.approx(ref_jsd(adv / adv.sum(), a0), abs=1e-5)
+        ref = hf_bert_probs(lm.model, enc.ids, t, {L - 1: {0: adv / adv.sum()}})
+        assert y == pytest.approx(0.5 * np.abs(ref - y0).sum(), abs=1e-4)
+        top = np.argsort(-ref)[:5]
+        after = ch["pred_after"]["data"][0]
+        assert [lbl.endswith(clean_token(lm.tokenizer.convert_ids_to_tokens(int(i)))) for lbl, i in zip(after["y"], top)] == [True] * 5
+        assert np.allclose(_arr(after["x"]).astype(float), ref[top], atol=1e-4)
+        return x, y
+
+    # before: the model's own top-5
+    before = ch["pred_before"]["data"][0]
+    top0 = np.argsort(-y_own)[:5]
+    assert np.allclose(_arr(before["x"]).astype(float), y_own[top0], atol=1e-5)
+    assert before["y"][0].endswith(clean_token(lm.tokenizer.convert_ids_to_tokens(int(top0[0]))))
+    # the frontier line is monotone; the point shown first is the largest JSD within ε = 0.01
+    fx, fy = _arr(_trace(ch["frontier"], "frontier")["x"]), _arr(_trace(ch["frontier"], "frontier")["y"])
+    assert (np.diff(fx) > 0).all() and (np.diff(fy) > 0).all()
+    x1, y1 = check_shown(ch, "largest JSD")
+    assert y1 <= 0.01 and x1 == pytest.approx(fx[fy <= 0.01].max())
+    perm = _trace(ch["frontier"], "100 random permutations")
+    assert len(_arr(perm["x"])) == 100
+    # a larger ε: the point moves right along the frontier, instantly (no recomputation)
+    at.select_slider(key="adv_eps").set_value(0.1)
+    at.run()
+    ch = _charts(at)
+    x2, y2 = check_shown(ch, "largest JSD")
+    assert y2 <= 0.1 and x2 >= x1
+    # the JSD slider: the lowest TVD with at least that JSD
+    at.slider(key="adv_jsd").set_value(0.2)
+    at.run()
+    ch = _charts(at)
+    fx, fy = _arr(_trace(ch["frontier"], "frontier")["x"]), _arr(_trace(ch["frontier"], "frontier")["y"])
+    x3, y3 = check_shown(ch, "lowest TVD")
+    if fx.max() >= 0.2:
+        assert x3 >= 0.2 and y3 == pytest.approx(fy[fx >= 0.2].min())
+    # the other seeds (Wiegreffe & Pinter): the model's own attention of each seed's model
+    seeds = A.seed_specs("builtin:agreement")
+    if seeds:
+        tr = _trace(ch["frontier"], "other seeds")
+        for k, s in enumerate(seeds):
+            other = attnviz.load_model(s)
+            oo = other.model(input_ids=enc.ids, output_attentions=True)
+            assert float(_arr(tr["x"])[k]) == pytest.approx(
+                ref_jsd(oo.attentions[L - 1][0, 0, t].detach().numpy(), a0), abs=1e-6)
+            yo = torch.softmax(oo.logits[0, t].double(), -1).detach().numpy()
+            assert float(_arr(tr["y"])[k]) == pytest.approx(0.5 * np.abs(yo - y_own).sum(), abs=1e-6)
+    # another site: all heads of layer 1 -> heatmaps of the 8 rows
+    at.radio(key="adv_kind").set_value("layer")
+    at.selectbox(key="adv_layer").set_value(1)
+    at.run()
+    assert "frontier" not in _charts(at)
+    at.button(key="adv_go").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    hm = _charts(at)["attention"]["data"]
+    z0 = _arr(hm[0]["z"]).astype(float)
+    assert z0.shape == (lm.n_heads, len(enc.tokens))
+    assert np.abs(z0 - own.attentions[0][0, :, t].detach().numpy()).max() < 1e-6
