@@ -52,6 +52,8 @@ JW_LR = 0.01
 JW_K = 5
 JW_PENALTY = 500.0
 JW_INIT_NOISE = 3.0
+# a Frontier keeps every point's α' up to this many values (else only the envelope's and optima's)
+ALPHA_KEEP = 4_000_000
 
 Progress = Optional[Callable[[str, float], None]]
 
@@ -468,7 +470,9 @@ class Frontier:
     lambdas: np.ndarray  # [K]
     jsd: np.ndarray  # [P]
     tvd: np.ndarray  # [P]
-    alpha: np.ndarray  # [P, R, n] float32
+    alpha: np.ndarray  # [K', R, n] float32: α' of the points alpha_idx (see alpha_of)
+    alpha_idx: np.ndarray  # [K'] sorted point indices whose α' is kept: all points, unless that
+    #                        would exceed ALPHA_KEEP values; then the envelope, the per-λ optima and 0
     lam: np.ndarray  # [P] λ of the run that produced the point (nan for the original)
     restart: np.ndarray  # [P] restart index (-1 original)
     step: np.ndarray  # [P] optimisation step (-1 original)
@@ -486,6 +490,13 @@ class Frontier:
     timings: dict = field(default_factory=dict)
     seeds: list = field(default_factory=list)  # [SeedPoint]
     notes: list = field(default_factory=list)
+
+    def alpha_of(self, i: int) -> np.ndarray:
+        """-> α' [R, n] of point i (every envelope point and per-λ optimum has one)."""
+        k = int(np.searchsorted(self.alpha_idx, i))
+        if k >= len(self.alpha_idx) or self.alpha_idx[k] != i:
+            raise KeyError(f"the attention of point {i} was not kept (only {len(self.alpha_idx)} of {len(self.jsd)})")
+        return self.alpha[k]
 
     def prediction(self, i: int) -> list:
         """-> [(label, probability)] top-k output of point i."""
@@ -724,6 +735,11 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     tp_v = np.concatenate([tp0] + rec_tp)
     best = best_per_lambda(jsd_v, tvd_v, lams.numpy())
     env = lower_envelope(jsd_v, tvd_v)
+    if alpha_v.size <= ALPHA_KEEP:
+        keep = np.arange(len(jsd_v))
+    else:
+        keep = np.unique(np.concatenate([[0], env, best]))
+        alpha_v = alpha_v[keep]
     t0 = time.perf_counter()
     pj, pt, uni = baselines(pb, permutations, seed)
     timings["baselines"] = time.perf_counter() - t0
@@ -737,7 +753,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     return Frontier(spec=getattr(lm, "spec", ""), text=pb.enc.text, tokens=list(pb.tokens), target=pb.target,
                     site=site, rows=pb.rows, output_kind=pb.output_kind, alpha0=pb.alpha0.numpy(),
                     y0_top=[(labels[int(i)], float(p)) for i, p in zip(ti0[0], tp0[0])], lambdas=lams.numpy(),
-                    jsd=jsd_v, tvd=tvd_v, alpha=alpha_v, lam=lam_v, restart=rs_v, step=st_v, top_idx=ti_v,
+                    jsd=jsd_v, tvd=tvd_v, alpha=alpha_v, alpha_idx=keep, lam=lam_v, restart=rs_v, step=st_v, top_idx=ti_v,
                     top_p=tp_v, top_labels=labels, best=best, envelope=env, perm_jsd=pj, perm_tvd=pt,
                     uniform=uni, steps=steps, restarts=Rs, lr=lr, timings=timings, notes=notes)
 

@@ -193,7 +193,7 @@ def site_label(fr):
 def attention_figure(fr, i):
     """Original vs adversarial rows: bars for one head, two heatmaps (rows × tokens) otherwise."""
     labels = plots.token_labels(fr.tokens)
-    a0, a1 = fr.alpha0, fr.alpha[i]
+    a0, a1 = fr.alpha0, fr.alpha_of(i)
     if fr.site.kind == "head":
         fig = go.Figure()
         fig.add_trace(go.Bar(x=labels, y=a0[0], name="original α", marker_color="#1f77b4",

@@ -259,13 +259,14 @@ def test_frontier_points_are_what_they_claim(copy_lm, copy_frontier):
     y0 = hf_bert_probs(copy_lm.model, enc.ids, enc.target)
     # point 0 is the original attention (the model's own rows)
     own = copy_lm.model(input_ids=enc.ids, output_attentions=True).attentions[0][0, :, enc.target].detach().numpy()
-    assert np.abs(fr.alpha[0] - own).max() < 1e-6
+    assert np.abs(fr.alpha_of(0) - own).max() < 1e-6
+    assert len(fr.alpha_idx) == len(fr.jsd)  # small site: every point's α' is kept
     assert fr.jsd[0] == 0 and fr.tvd[0] == 0
     # a sample of points, including the envelope, recomputed independently
     rng = np.random.default_rng(0)
     pick = set(fr.envelope.tolist()) | set(rng.choice(len(fr.jsd), 8, replace=False).tolist())
     for i in sorted(pick)[:14]:
-        a = fr.alpha[i].astype(np.float64)
+        a = fr.alpha_of(i).astype(np.float64)
         assert np.allclose(a.sum(-1), 1.0, atol=1e-5)
         assert fr.jsd[i] == pytest.approx(np.mean([ref_jsd(a[r], own[r]) for r in range(2)]), abs=2e-6)
         ref = hf_bert_probs(copy_lm.model, enc.ids, enc.target, {0: {0: a[0], 1: a[1]}})
@@ -359,6 +360,19 @@ def test_causal_rows_keep_future_at_zero(make_tiny):
                     lambdas=[0.0, 1.0], steps=10, restarts=2, permutations=10)
     assert np.abs(fr.alpha[:, :, 3:]).max() == 0.0
     assert np.allclose(fr.alpha.sum(-1), 1.0, atol=1e-5)
+
+
+def test_large_sites_keep_the_envelopes_attention_only(make_tiny, monkeypatch):
+    monkeypatch.setattr(A, "ALPHA_KEEP", 100)
+    lm = make_tiny("bert")
+    fr = A.frontier(lm, SENTENCE, A.Site("all"), lambdas=[0.0, 0.1, 10.0], steps=10, restarts=1, permutations=5)
+    assert set(fr.envelope) | set(fr.best) | {0} == set(fr.alpha_idx)
+    assert fr.alpha.shape == (len(fr.alpha_idx), 8, len(fr.tokens))
+    for i in fr.envelope:
+        assert np.allclose(fr.alpha_of(i).sum(-1), 1.0, atol=1e-5)
+    other = next(i for i in range(len(fr.jsd)) if i not in set(fr.alpha_idx))
+    with pytest.raises(KeyError):
+        fr.alpha_of(other)
 
 
 # ------------------------------------------------------------------ Jain & Wallace, seeds
