@@ -574,3 +574,23 @@ def test_adversarial_page(tokenizer):
     z0 = _arr(hm[0]["z"]).astype(float)
     assert z0.shape == (lm.n_heads, len(enc.tokens))
     assert np.abs(z0 - own.attentions[0][0, :, t].detach().numpy()).max() < 1e-6
+
+
+def test_adversarial_page_plain_encoder_says_why(minilm):
+    """MiniLM has no output head: the page says so in one line instead of a traceback."""
+    import os
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at.query_params["model"] = "pkg:minilm"
+    at.query_params["text"] = SENTENCE
+    at.run()
+    at.switch_page("pages/adversarial.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    errs = [e.value for e in at.error]
+    assert len(errs) == 1 and "no output head" in errs[0] and "TVD" in errs[0]
+    assert not _charts(at)
