@@ -28,8 +28,9 @@ EXPLAIN = {
 }
 
 st.title("Context mixing")
-st.caption("The context-mixing ratio of token *i* at a layer is ‖Σ_{j≠i} v_ij‖ / (‖Σ_{j≠i} v_ij‖ + ‖v_ii‖): "
-           "the share of its new vector that comes from the other tokens, for the per-source vectors v_ij "
+st.caption(r"The context-mixing ratio of token $i$ at a layer is "
+           r"$\lVert\sum_{j\neq i} v_{ij}\rVert \,/\, (\lVert\sum_{j\neq i} v_{ij}\rVert + \lVert v_{ii}\rVert)$: "
+           "the share of its new vector that comes from the other tokens, for the per-source vectors $v_{ij}$ "
            "of each method (Kobayashi et al. 2021). The FFN variants carry the split through the "
            "feed-forward block with integrated gradients (Kobayashi et al. 2024).")
 
