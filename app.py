@@ -27,22 +27,24 @@ st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout=
 
 ui.init_state()
 
-PAGES = [
-    st.Page("pages/explore.py", title="Explore", icon=":material/grid_on:", default=True),
-    st.Page("pages/heads.py", title="Heads", icon=":material/apps:"),
-    st.Page("pages/flow_graph.py", title="Flow graph", icon=":material/account_tree:"),
-]
-for file, title, icon in (("pages/faithfulness.py", "Faithfulness", ":material/fact_check:"),
-                          ("pages/adversarial.py", "Adversarial", ":material/swap_horiz:"),
-                          ("pages/context_mixing.py", "Context mixing", ":material/blender:")):
-    if (ROOT / file).exists():
-        PAGES.append(st.Page(file, title=title, icon=icon))
-PAGES += [
-    st.Page("pages/model.py", title="Model", icon=":material/memory:"),
-    st.Page("pages/about.py", title="About", icon=":material/help:"),
-]
+# (file, title, icon); the optional pages appear only when their files exist
+PAGE_FILES = [("pages/explore.py", "Explore", ":material/grid_on:"),
+              ("pages/heads.py", "Heads", ":material/apps:"),
+              ("pages/flow_graph.py", "Flow graph", ":material/account_tree:"),
+              ("pages/faithfulness.py", "Faithfulness", ":material/fact_check:"),
+              ("pages/adversarial.py", "Adversarial", ":material/swap_horiz:"),
+              ("pages/context_mixing.py", "Context mixing", ":material/blender:"),
+              ("pages/model.py", "Model", ":material/memory:"),
+              ("pages/about.py", "About", ":material/help:")]
+PAGES = {Path(f).stem: st.Page(f, title=t, icon=i, default=(k == 0))
+         for k, (f, t, i) in enumerate(PAGE_FILES) if (ROOT / f).exists()}
 
-page = st.navigation(PAGES)
+page = st.navigation(list(PAGES.values()))
+name = next(k for k, p in PAGES.items() if p is page)
+wanted = st.session_state.pop("_wanted_page", None)  # ?page=... of the URL a session starts from
+if wanted in PAGES and wanted != name:
+    st.switch_page(PAGES[wanted])
+st.session_state._page = name
 ui.sidebar()
 ui.sync_url()
 page.run()

@@ -239,12 +239,14 @@ def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
 
 
 def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Sequence[str], title: str = "",
-              value_name: str = "value", layer_label: str = "all heads") -> go.Figure:
+              value_name: str = "value", layer_label: str = "all heads", clickable: bool = True) -> go.Figure:
     """heads [L, H, n, n] (and optionally layer maps [L, n, n]) -> an L x H (+1) grid of small heatmaps.
 
-    One colour scale for the whole grid (0 .. max). Trace k is layer k // C, column k % C (C = H or
-    H + 1; the last column holds the layer maps); each trace's `meta` is [layer (1-based), head
-    (1-based) or 0 for the layer map].
+    One colour scale for the whole grid (0 .. max). Cells are added row by row (layer), column by
+    column (head; the last column holds the layer maps); every trace's `meta` is [layer (1-based),
+    head (1-based) or 0 for the layer map]. Heatmap traces are named "layer l, head h"; with
+    clickable=True each cell also gets an invisible scatter ("click ...") over its cells, which
+    carries the hover text and makes a click selectable (plotly cannot select heatmap cells).
     """
     heads = np.asarray(heads, dtype=np.float64)
     L, H = heads.shape[:2]
@@ -258,14 +260,24 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
             is_layer = c == H
             M = layer_maps[l] if is_layer else heads[l, c]
             who = f"layer {l + 1}, {layer_label if is_layer else f'head {c + 1}'}"
+            hover = who + "<br>row: %{y}<br>column: %{x}<br>" + value_name
+            meta = [l + 1, 0 if is_layer else c + 1]
             fig.add_trace(go.Heatmap(z=M, x=list(labels), y=list(labels), zmin=0, zmax=zmax,
-                                     colorscale=SEQ_COLORS, showscale=(l == 0 and c == 0),
-                                     meta=[l + 1, 0 if is_layer else c + 1], name=who,
-                                     hovertemplate=who + "<br>row: %{y}<br>column: %{x}<br>" + value_name
-                                     + ": %{z:.4g}<extra></extra>",
+                                     colorscale=SEQ_COLORS, showscale=(l == 0 and c == 0), meta=meta, name=who,
+                                     hovertemplate=hover + ": %{z:.4g}<extra></extra>",
+                                     hoverinfo="skip" if clickable else None,
                                      colorbar=dict(title=dict(text=value_name, side="right"), len=0.3, y=1.0,
                                                    yanchor="top", thickness=10)),
                           row=l + 1, col=c + 1)
+            if clickable:
+                n = len(labels)
+                ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+                fig.add_trace(go.Scatter(x=[labels[j] for j in jj.ravel()], y=[labels[i] for i in ii.ravel()],
+                                         mode="markers", marker=dict(size=max(4, 60 // max(n, 1)), opacity=0),
+                                         customdata=np.asarray(M).ravel(), meta=meta, name="click " + who,
+                                         showlegend=False,
+                                         hovertemplate=hover + ": %{customdata:.4g}<extra></extra>"),
+                              row=l + 1, col=c + 1)
     fig.update_xaxes(showticklabels=False, type="category", showgrid=False)
     fig.update_yaxes(showticklabels=False, type="category", autorange="reversed", showgrid=False)
     cell = 95 if C <= 9 else 75

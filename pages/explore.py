@@ -62,24 +62,25 @@ def maps_panel():
     if not shown:
         return
     L = a.n_layers
-    H = max((a.maps[m].heads.shape[1] for m in shown if a.maps[m].heads is not None), default=0)
+    lm = ui.model()
+    H = lm.n_heads if lm is not None else max(
+        (a.maps[m].heads.shape[1] for m in shown if a.maps[m].heads is not None), default=0)
     ui.clamp_layer_head(L, H)
     c1, c2, c3 = st.columns([3, 2, 2])
     with c1:
-        st.slider("Layer", 1, L, key="layer", persist_state="session", help="Layers count from 1 (the first attention layer).")
+        st.slider("Layer", 1, L, key="layer", persist_state="session", bind="query-params", help="Layers count from 1 (the first attention layer).")
     with c2:
-        st.selectbox("Head", list(range(H + 1)), key="head", persist_state="session",
-                     format_func=lambda h: "all heads (layer map)" if h == 0 else f"head {h}",
+        st.selectbox("Head (all = the layer map)", ui.head_options(H), key="head", persist_state="session",
+                     bind="query-params",
                      help="Per-head maps exist for raw attention and the value-weighted norm; the "
                           "other methods always show their layer map.")
     with c3:
-        st.toggle("Hide [CLS]/[SEP]", key="hide_special", persist_state="session",
+        st.toggle("Hide [CLS]/[SEP]", key="hide", persist_state="session", bind="query-params",
                   help="Drop special tokens' rows and columns; rows of attention, rollout and flow are "
                        "renormalised to sum to 1.")
-        st.toggle("Merge word pieces", key="merge_words", persist_state="session",
+        st.toggle("Merge word pieces", key="merge", persist_state="session", bind="query-params",
                   help="One row/column per word: columns are summed over a word's pieces, rows averaged.")
-    ui.sync_url()
-    l, h = st.session_state.layer - 1, st.session_state.head
+    l, h = st.session_state.layer - 1, ui.head_index()
     view = ui.view_for(a)
     mats, titles, units = [], [], []
     for m in shown:

@@ -40,7 +40,7 @@ fig = plots.head_grid(np.array(heads), np.array(layer_maps), view.labels, value_
 
 def _open(layer: int, head: int) -> None:
     st.session_state.layer = layer
-    st.session_state.head = head
+    st.session_state.head = "all" if head == 0 else str(head)
     if method not in st.session_state.get("methods", []):
         st.session_state.methods = list(st.session_state.get("methods", [])) + [method]
     st.session_state._goto_explore = True
@@ -48,10 +48,9 @@ def _open(layer: int, head: int) -> None:
 
 event = st.plotly_chart(fig, key="head_grid", on_select="rerun", selection_mode="points",
                         config={"displayModeBar": False})
-points = (event or {}).get("selection", {}).get("points", []) if event else []
+points = event.selection.points if event and event.get("selection") else []
 if points:
-    k = points[0].get("curve_number", 0)
-    meta = fig.data[k].meta
+    meta = fig.data[points[0]["curve_number"]].meta
     _open(int(meta[0]), int(meta[1]))
 
 st.caption("Or pick a cell here:")

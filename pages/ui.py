@@ -20,6 +20,19 @@ import attnviz
 from attnviz import METHODS, InputError, ModelLoadError
 from attnviz.models.load import builtin_names, packaged_available
 
+def _leave_pages_directory_mode() -> None:
+    """Streamlit starts a fresh server in the legacy 'pages/ directory' mode until some run calls
+    st.navigation; a first request for /heads would then run pages/heads.py alone, without app.py
+    (no sidebar, the wrong page list). Switch that mode off and rerun, so app.py always runs."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
+_leave_pages_directory_mode()
+
 DEFAULT_SPEC = "builtin:agreement"
 FALLBACK_SPEC = "pkg:minilm"
 DEFAULT_CAP = int(os.environ.get("ATTNVIZ_MAX_TOKENS", "128"))
@@ -38,9 +51,13 @@ DEFAULT_METHODS = ["attention", "rollout", "attn_res_ln"]
 PRESET_NONE = "— pick an example —"
 AUTO = -1  # the target / source pickers' "automatic" / "all" choice
 
-# session-state key -> query-parameter name
+# session-state key -> query-parameter name (plus "page": the page's file name, which app.py
+# follows when a session starts, because Streamlit can leave the path of the URL one page behind
+# after st.switch_page)
 URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "layer", "head": "head",
-            "target": "target", "hide_special": "hide", "merge_words": "merge"}
+            "target": "target", "hide": "hide", "merge": "merge"}
+# widgets bound to the URL by Streamlit itself (bind="query-params" on Explore): sync_url leaves them alone
+BOUND = ("layer", "head", "hide", "merge")
 
 VALUE_NAMES = {"attention": "attention weight", "rollout": "rollout share", "flow": "flow share",
                "value_norm": "‖α f(x)‖", "attn_res": "‖z‖ (attn + residual)", "attn_res_ln": "‖g(z)‖ (after LN)"}
@@ -103,31 +120,33 @@ def init_state() -> None:
     methods = [m for m in (qp.get("methods") or "").split(",") if m in METHODS]
     ss.methods = methods if "methods" in qp else list(DEFAULT_METHODS)
     ss.layer = max(1, _parse_int(qp.get("layer"), 1))
-    head = qp.get("head", "all")
-    ss.head = 0 if head in ("all", "0", "", None) else max(0, _parse_int(head, 0))
+    ss.head = str(qp.get("head", "all"))
     t = qp.get("target")
     ss.target = AUTO if t in (None, "", "auto") else max(AUTO, _parse_int(t, AUTO))
-    ss.hide_special = qp.get("hide", "0") in ("1", "true", "yes")
-    ss.merge_words = qp.get("merge", "0") in ("1", "true", "yes")
+    ss.hide = qp.get("hide", "false").lower() in ("1", "true", "yes")
+    ss.merge = qp.get("merge", "false").lower() in ("1", "true", "yes")
     ss.cap = DEFAULT_CAP
     ss.preset = PRESET_NONE
+    ss._wanted_page = qp.get("page")
     ss._init = True
 
 
 def url_state() -> dict:
     """The query parameters that reproduce the current view."""
     ss = st.session_state
-    return {"model": spec(), "text": text(), "methods": ",".join(ss.get("methods", [])),
-            "layer": str(ss.get("layer", 1)), "head": "all" if not ss.get("head") else str(ss.head),
+    return {"page": ss.get("_page", "explore"), "model": spec(), "text": text(), "methods": ",".join(ss.get("methods", [])),
+            "layer": str(ss.get("layer", 1)), "head": str(ss.get("head", "all")),
             "target": "auto" if target() is None else str(target()),
-            "hide": "1" if ss.get("hide_special") else "0", "merge": "1" if ss.get("merge_words") else "0"}
+            "hide": "true" if ss.get("hide") else "false", "merge": "true" if ss.get("merge") else "false"}
 
 
-def sync_url() -> None:
+def sync_url(force: bool = False) -> None:
     """Mirror the view state into st.query_params (only keys whose value changed)."""
     want = url_state()
     for k, v in want.items():
-        if st.query_params.get(k) != v:
+        if k in BOUND:
+            continue
+        if st.query_params.get(k) != v or force:
             st.query_params[k] = v
 
 
@@ -192,13 +211,13 @@ def _spec_label(s: str) -> str:
 def sidebar() -> None:
     """The model picker and the sentence box shared by all pages."""
     with st.sidebar:
-        st.selectbox("Model", known_specs(), key="spec", format_func=_spec_label, on_change=_reset_target,
+        st.selectbox("Model", known_specs(), key="spec", persist_state="session", format_func=_spec_label, on_change=_reset_target,
                      help="More choices (a local folder, a Hugging Face id) on the Model page.")
         note = st.session_state.get("_fallback_note")
         if note and spec() != DEFAULT_SPEC:
             st.info(plain(note), icon=":material/info:")
         st.selectbox("Examples", [PRESET_NONE] + list(PRESETS), key="preset", on_change=_apply_preset)
-        st.text_input("Sentence", key="text", on_change=_reset_target,
+        st.text_input("Sentence", key="text", persist_state="session", on_change=_reset_target,
                       help="Write [MASK] where the model should predict a word. Press Enter to apply.")
         st.caption("Write **\\[MASK\\]** for the word the model predicts; press Enter to apply.")
 
@@ -321,13 +340,25 @@ def view_for(a):
     """The attnviz.plots.View for the current toggles (hide special tokens, merge subwords)."""
     from attnviz.plots import make_view
     ss = st.session_state
-    merge = bool(ss.get("merge_words"))
-    return make_view(a.tokens, a.special, a.target, hide_special=bool(ss.get("hide_special")),
+    merge = bool(ss.get("merge"))
+    return make_view(a.tokens, a.special, a.target, hide_special=bool(ss.get("hide")),
                      merge_words=merge, word_ids=word_ids(a) if merge else None)
 
 
+def head_options(H: int) -> list:
+    """The head picker's choices: "all" (the layer map), then "1".."H" (these strings go in the URL)."""
+    return ["all"] + [str(h) for h in range(1, H + 1)]
+
+
+def head_index() -> int:
+    """The chosen head: 0 for all heads (the layer map), else 1..H."""
+    h = st.session_state.get("head", "all")
+    return 0 if h in (None, "all", "") else max(0, _parse_int(h, 0))
+
+
 def clamp_layer_head(L: int, H: int) -> None:
-    """Keep the layer (1..L) and head (0 = all, 1..H) in range for the current model (before widgets)."""
+    """Keep the layer (1..L) and head ("all" or 1..H) in range for the current model (before widgets)."""
     ss = st.session_state
     ss.layer = min(max(1, _parse_int(ss.get("layer"), 1)), L)
-    ss.head = min(max(0, _parse_int(ss.get("head"), 0)), H)
+    h = head_index()
+    ss.head = "all" if h == 0 or h > H else str(h)
