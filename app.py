@@ -23,6 +23,8 @@ if os.environ.get("ATTNVIZ_TORCH_THREADS"):
 
 from pages import ui  # noqa: E402
 
+ui.leave_pages_directory_mode()
+
 st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout="wide")
 
 ui.init_state()

@@ -189,8 +189,9 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     # subplot titles above the colour bars
     for ann in fig.layout.annotations[:k]:
         ann.update(yshift=34, font=dict(size=13))
-    side = max(260, 22 * n + 40)
-    fig.update_layout(height=height or side + 200, margin=dict(l=10, r=10, t=90, b=10),
+    # about square cells in a ~1000 px wide page: panel width / n, between 14 and 40 px
+    cell = min(40.0, max(14.0, (1000.0 / k - 60.0) / max(n, 1)))
+    fig.update_layout(height=height or int(cell * n + 230), margin=dict(l=10, r=10, t=90, b=10),
                       plot_bgcolor="white")
     return fig
 

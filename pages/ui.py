@@ -20,10 +20,11 @@ import attnviz
 from attnviz import METHODS, InputError, ModelLoadError
 from attnviz.models.load import builtin_names, packaged_available
 
-def _leave_pages_directory_mode() -> None:
+def leave_pages_directory_mode() -> None:
     """Streamlit starts a fresh server in the legacy 'pages/ directory' mode until some run calls
     st.navigation; a first request for /heads would then run pages/heads.py alone, without app.py
-    (no sidebar, the wrong page list). Switch that mode off and rerun, so app.py always runs."""
+    (no sidebar, the wrong page list); AppTest even resets the mode before every run. Switch that
+    mode off and rerun, so app.py always runs as the plain entry script (app.py calls this first)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     if PagesManager.uses_pages_directory:
@@ -31,7 +32,7 @@ def _leave_pages_directory_mode() -> None:
         st.rerun()
 
 
-_leave_pages_directory_mode()
+leave_pages_directory_mode()  # a page run directly (the first request of a fresh server)
 
 DEFAULT_SPEC = "builtin:agreement"
 FALLBACK_SPEC = "pkg:minilm"
@@ -217,9 +218,10 @@ def sidebar() -> None:
         if note and spec() != DEFAULT_SPEC:
             st.info(plain(note), icon=":material/info:")
         st.selectbox("Examples", [PRESET_NONE] + list(PRESETS), key="preset", on_change=_apply_preset)
-        st.text_input("Sentence", key="text", persist_state="session", on_change=_reset_target,
-                      help="Write [MASK] where the model should predict a word. Press Enter to apply.")
-        st.caption("Write **\\[MASK\\]** for the word the model predicts; press Enter to apply.")
+        st.text_area("Sentence", key="text", persist_state="session", on_change=_reset_target, height=110,
+                     help="Write [MASK] where the model should predict a word.")
+        st.caption("Write **\\[MASK\\]** for the word the model predicts. Press Ctrl+Enter (or click "
+                   "outside the box) to apply.")
 
 
 # ------------------------------------------------------------------------------------ model and analysis

@@ -1,0 +1,263 @@
+"""attnviz.plots and attnviz.export against plain references: loops, brute-force path enumeration,
+igraph max-flow (a different implementation from the networkx one plots uses)."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from attnviz import export, plots
+
+
+def _stochastic(rng, *shape):
+    A = rng.random(shape) + 0.05
+    return A / A.sum(-1, keepdims=True)
+
+
+# ------------------------------------------------------------------------------------ labels
+
+
+def test_token_labels_carry_position_and_are_escaped():
+    toks = ["[CLS]", "the", "<script>", "the", "a&b", "[SEP]"]
+    labels = plots.token_labels(toks)
+    assert labels == ["0·[CLS]", "1·the", "2·&lt;script&gt;", "3·the", "4·a&amp;b", "5·[SEP]"]
+    assert len(set(labels)) == len(labels)  # duplicates ("the") stay distinct categories
+
+
+# ------------------------------------------------------------------------------------ word groups and views
+
+
+def test_word_groups_wordpiece_and_word_ids():
+    toks = ["[CLS]", "the", "xy", "##lo", "##phone", ".", "[SEP]"]
+    special = [True, False, False, False, False, False, True]
+    assert plots.word_groups(toks, special) == [[0], [1], [2, 3, 4], [5], [6]]
+    # word_ids decide when given (None = special token)
+    wid = [None, 0, 1, 1, 2, 3, None]
+    assert plots.word_groups(toks, special, wid) == [[0], [1], [2, 3], [4], [5], [6]]
+    assert plots.group_text(toks, [2, 3, 4]) == "xylophone"
+    # byte-level BPE: a token without the word-start mark continues the previous word
+    bpe = ["Ġthe", "Ġcab", "inet", "Ġis"]
+    assert plots.word_groups(bpe, [False] * 4) == [[0], [1, 2], [3]]
+    assert plots.group_text(bpe, [1, 2]) == "cabinet"
+
+
+def test_view_hide_special_renormalises_rows_like_a_loop():
+    rng = np.random.default_rng(0)
+    n = 6
+    M = _stochastic(rng, n, n)
+    toks = ["[CLS]", "a", "b", "[MASK]", "c", "[SEP]"]
+    special = [True, False, False, False, False, True]
+    v = plots.make_view(toks, special, target=3, hide_special=True)
+    keep = [1, 2, 3, 4]
+    assert [g[0] for g in v.groups] == keep
+    assert v.labels == ["1·a", "2·b", "3·[MASK]", "4·c"]
+    assert v.target == 2
+    out = v.apply(M, rows_sum_to_one=True)
+    for a, i in enumerate(keep):
+        s = sum(M[i, j] for j in keep)
+        for b, j in enumerate(keep):
+            assert out[a, b] == pytest.approx(M[i, j] / s, rel=1e-12)
+    np.testing.assert_allclose(out.sum(1), 1.0, rtol=1e-12)
+    # not renormalised for norm-based maps
+    raw = v.apply(M * 7.0, rows_sum_to_one=False)
+    assert raw[0, 1] == pytest.approx(7.0 * M[1, 2])
+
+
+def test_view_keeps_a_special_target_row():
+    toks = ["[CLS]", "a", "b", "[SEP]"]
+    v = plots.make_view(toks, [True, False, False, True], target=0, hide_special=True)
+    assert [g[0] for g in v.groups] == [0, 1, 2] and v.target == 0
+
+
+def test_view_merge_words_sums_columns_and_averages_rows():
+    rng = np.random.default_rng(1)
+    toks = ["[CLS]", "the", "cab", "##inet", "[SEP]"]
+    special = [True, False, False, False, True]
+    M = _stochastic(rng, 5, 5)
+    v = plots.make_view(toks, special, target=2, merge_words=True)
+    assert v.groups == [[0], [1], [2, 3], [4]]
+    assert v.labels[2] == "2·cabinet" and v.target == 2
+    out = v.apply(M, rows_sum_to_one=True)
+    assert out[2, 2] == pytest.approx(((M[2, 2] + M[2, 3]) + (M[3, 2] + M[3, 3])) / 2)
+    assert out[1, 2] == pytest.approx(M[1, 2] + M[1, 3])
+    assert out[2, 0] == pytest.approx((M[2, 0] + M[3, 0]) / 2)
+    np.testing.assert_allclose(out.sum(1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(v.apply_row(M, True), out[2])
+
+
+# ------------------------------------------------------------------------------------ figures
+
+
+def test_heatmaps_carry_the_matrices_and_labels():
+    rng = np.random.default_rng(2)
+    mats = [rng.random((4, 4)), 3 * rng.random((4, 4))]
+    labels = plots.token_labels(["[CLS]", "a", "<b>", "[SEP]"])
+    fig = plots.heatmaps(mats, labels, ["m1", "m2"], ["w", "norm"], target=1)
+    assert len(fig.data) == 2
+    for tr, M in zip(fig.data, mats):
+        np.testing.assert_array_equal(np.asarray(tr.z), M)
+        assert list(tr.x) == labels and list(tr.y) == labels
+        assert tr.zmin == 0 and tr.zmax == pytest.approx(M.max())
+    assert "&lt;b&gt;" in fig.data[0].x[2]
+    with pytest.raises(ValueError, match="shape"):
+        plots.heatmaps([np.zeros((3, 3))], labels, ["x"])
+
+
+def test_row_bars_and_prediction_bars():
+    rows = [np.array([0.1, 0.6, 0.3]), np.array([2.0, 1.0, 0.5])]
+    fig = plots.row_bars(rows, ["0·a", "1·b", "2·c"], ["A", "B"], target=1)
+    assert [list(t.y) for t in fig.data] == [list(r) for r in rows]
+    pf = plots.prediction_bars([("is", 0.7), ("are", 0.2), ("<x>", 0.1)])
+    assert list(pf.data[0].x) == [0.7, 0.2, 0.1]
+    assert list(pf.data[0].y) == ["1·is", "2·are", "3·&lt;x&gt;"]
+
+
+def test_head_grid_layout_and_meta():
+    rng = np.random.default_rng(3)
+    L, H, n = 2, 3, 4
+    heads = _stochastic(rng, L, H, n, n)
+    fig = plots.head_grid(heads, heads.mean(1), plots.token_labels(list("abcd")))
+    hm = [t for t in fig.data if t.type == "heatmap"]
+    assert len(hm) == L * (H + 1)
+    for t in hm:
+        l, h = t.meta
+        ref = heads[l - 1].mean(0) if h == 0 else heads[l - 1, h - 1]
+        np.testing.assert_array_equal(np.asarray(t.z), ref)
+    clicks = [t for t in fig.data if t.type == "scatter"]
+    assert len(clicks) == L * (H + 1)
+    # the click overlay carries the same values, row-major over (row i, column j)
+    t = clicks[1]
+    np.testing.assert_allclose(np.asarray(t.customdata), heads[0, 1].ravel())
+
+
+# ------------------------------------------------------------------------------------ attention graph
+
+
+def _ares(A):
+    """0.5 ᾱ + 0.5 I written out (rows of A sum to 1)."""
+    return 0.5 * A + 0.5 * np.eye(A.shape[-1])
+
+
+def test_rollout_path_mass_equals_brute_force_path_enumeration():
+    rng = np.random.default_rng(4)
+    L, n = 2, 3
+    A = _stochastic(rng, L, n, n)
+    Ah = _ares(A)
+    out, src = 1, 2
+    G = plots.attention_graph(A, list("abc"), method="rollout", output=out, source=src)
+    # every path (top=L, out) -> (1, a) -> (0, src) with the product of its weights
+    expect = {}
+    for a in range(n):
+        w = Ah[1, out, a] * Ah[0, a, src]
+        expect[((2, out), (1, a))] = expect.get(((2, out), (1, a)), 0) + w
+        expect[((1, a), (0, src))] = expect.get(((1, a), (0, src)), 0) + w
+    for u, v, d in G.edges(data=True):
+        assert d["weight"] == pytest.approx(Ah[u[0] - 1, u[1], v[1]])
+        assert d["through"] == pytest.approx(expect.get((u, v), 0.0), abs=1e-15)
+    # total = rollout value: (Â_2 Â_1)[out, src], computed with plain loops
+    tot = sum(Ah[1, out, a] * Ah[0, a, src] for a in range(n))
+    assert G.graph["total"] == pytest.approx(tot)
+
+
+def test_rollout_mass_to_all_inputs_sums_to_one_per_level():
+    rng = np.random.default_rng(5)
+    L, n = 3, 4
+    A = _stochastic(rng, L, n, n)
+    G = plots.attention_graph(A, list("abcd"), method="rollout", output=2)
+    for l in range(1, L + 1):
+        s = sum(d["through"] for (u, v, d) in G.edges(data=True) if u[0] == l)
+        assert s == pytest.approx(1.0)
+
+
+def test_flow_edge_flows_are_a_maximum_flow_matching_igraph():
+    from attnviz.methods.flow import flow as flow_igraph
+
+    rng = np.random.default_rng(6)
+    L, n = 3, 4
+    A = _stochastic(rng, L, n, n)
+    raw = flow_igraph(A, normalize=False)  # igraph's C max-flow, per pair
+    for out, src in [(0, 3), (2, 1)]:
+        G = plots.attention_graph(A, list("abcd"), method="flow", output=out, source=src)
+        assert G.graph["total"] == pytest.approx(raw[L - 1, out, src], rel=1e-9)
+        for u, v, d in G.edges(data=True):
+            assert -1e-12 <= d["through"] <= d["weight"] + 1e-12
+        for node in G.nodes:  # conservation at inner nodes
+            if node in ((L, out), (0, src)):
+                continue
+            inflow = sum(G.edges[p, node]["through"] for p in G.predecessors(node))
+            outflow = sum(G.edges[node, s]["through"] for s in G.successors(node))
+            assert inflow == pytest.approx(outflow, abs=1e-12)
+
+
+def test_graph_figure_hides_light_edges():
+    rng = np.random.default_rng(7)
+    A = _stochastic(rng, 2, 5, 5)
+    G = plots.attention_graph(A, list("abcde"))
+    thr = 0.08
+    fig = plots.graph_figure(G, threshold=thr)
+    mids = next(t for t in fig.data if t.name == "edge values")
+    weights = sorted(c[3] for c in mids.customdata)
+    expect = sorted(d["weight"] for *_, d in G.edges(data=True) if d["weight"] >= thr)
+    np.testing.assert_allclose(weights, expect)
+    nodes = next(t for t in fig.data if t.name == "tokens")
+    assert len(nodes.x) == 3 * 5
+
+
+# ------------------------------------------------------------------------------------ export
+
+
+@pytest.fixture(scope="module")
+def small_analysis(make_tiny):
+    import attnviz
+
+    lm = make_tiny("bert")
+    return attnviz.analyze(lm, "the keys to the cabinet [MASK] on the table .",
+                           methods=["attention", "rollout", "attn_res_ln"])
+
+
+def test_json_export_round_trip(small_analysis):
+    import attnviz
+
+    a = small_analysis
+    d = json.loads(export.to_json(a))
+    assert d["attnviz_version"] == attnviz.__version__ and d["spec"] == a.spec
+    assert d["tokens"] == a.tokens and d["target"] == a.target
+    assert [tuple(p) for p in d["prediction"]] == [(t, pytest.approx(p)) for t, p in a.prediction]
+    for name, m in a.maps.items():
+        np.testing.assert_array_equal(np.array(d["maps"][name]["layer"]), m.layer)
+        if m.heads is None:
+            assert d["maps"][name]["heads"] is None
+        else:
+            np.testing.assert_array_equal(np.array(d["maps"][name]["heads"]), m.heads)
+    for name, v in a.mixing.items():
+        np.testing.assert_array_equal(np.array(d["mixing"][name]), v)
+
+
+def test_npz_export_round_trip(small_analysis):
+    a = small_analysis
+    d = export.read_npz(export.to_npz(a))
+    assert d["tokens"] == a.tokens and d["spec"] == a.spec and d["methods"] == list(a.maps)
+    np.testing.assert_array_equal(d["special"], a.special)
+    for name, m in a.maps.items():
+        np.testing.assert_array_equal(d["maps"][name]["layer"], m.layer)
+        if m.heads is not None:
+            np.testing.assert_array_equal(d["maps"][name]["heads"], m.heads)
+
+
+@pytest.mark.slow
+def test_figure_bytes_png_and_svg():
+    fig = plots.heatmap(np.eye(3), plots.token_labels(["a", "<b>", "c"]), "t")
+    png = export.figure_bytes(fig, "png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = export.figure_bytes(fig, "svg").decode()
+    assert svg.lstrip().startswith("<svg")
+    # the token "<b>" is drawn as the text "<b>" (escaped in the SVG), not as bold markup
+    import html
+    import re
+    texts = [html.unescape(t) for t in re.findall(r">([^<]+)</text>", svg)]
+    assert "1·<b>" in texts and "<b>" not in svg
+    with pytest.raises(ValueError):
+        export.figure_bytes(fig, "gif")
