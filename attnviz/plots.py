@@ -230,7 +230,8 @@ def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
     labels = [f"{k + 1}{SEP}{clean_token(t)}" for k, (t, _) in enumerate(prediction)]
     probs = [float(p) for _, p in prediction]
     fig = go.Figure(go.Bar(x=probs, y=labels, orientation="h", marker_color="#2ca02c",
-                           text=[f"{p:.3f}" for p in probs], textposition="outside", cliponaxis=False,
+                           text=[f"{p:.3f}" if p >= 0.001 else f"{p:.1e}" for p in probs],
+                           textposition="outside", cliponaxis=False,
                            hovertemplate="%{y}: p = %{x:.4f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(range=[0, 1.15], title_text="probability")
