@@ -201,9 +201,15 @@ def train_section(r: dict) -> list[str]:
             f"AdamW (lr {t['lr']}, {t['warmup']} warm-up steps, cosine decay, weight decay "
             f"{t['weight_decay']}), {t['threads']} torch thread(s)"
             + (", bfloat16 autocast" if t.get("bf16") else ""),
+            f"- in {100 * t.get('unk_prob', 0):.0f} % of training sentences one random word was "
+            "replaced by [UNK] (the label unchanged), so that blanking a word out with [UNK] — the "
+            "blank-out importance baseline — has a learned, defined effect",
             f"- time: {t['total_seconds'] / 60:.1f} min in all ({t['data_seconds']:.0f} s "
             f"generating data, {t['train_seconds'] / 60:.1f} min training) on {t['cpu_count']} "
-            f"CPU cores, torch {t['torch']}",
+            f"CPU cores shared with other jobs"
+            + (f"; {t['cpu_seconds'] / 60:.1f} min of CPU time (the process's user+system time, "
+               "what the run takes on one idle core)" if t.get("cpu_seconds") else "")
+            + f"; torch {t['torch']}",
             f"- final training loss (last 100 steps): vocabulary cross-entropy "
             f"{t['final_loss']:.4f}, answer-vs-wrong cross-entropy {t['final_pair_loss']:.4f}",
             f"- {t['n_parameters']:,} parameters, model.safetensors {r['size_mb']:.1f} MB", ""]

@@ -52,6 +52,18 @@ def batches(enc: Encoded, batch_size: int, rng: random.Random, chunk: int = 50):
     return [b for b in out if len(b) == batch_size]
 
 
+def blank_unk(b: dict[str, torch.Tensor], tokenizer, prob: float, rng: random.Random) -> None:
+    """In place: for a share `prob` of rows, replace one random word token (not [CLS], [SEP],
+    [MASK] or padding) by [UNK]; the label stays, so a blanked subject leaves the answer open."""
+    ids = b["input_ids"]
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id,
+               tokenizer.pad_token_id}
+    for row in range(ids.shape[0]):
+        if rng.random() < prob:
+            cand = [j for j, t in enumerate(ids[row].tolist()) if t not in special]
+            ids[row, cand[rng.randrange(len(cand))]] = tokenizer.unk_token_id
+
+
 @torch.no_grad()
 def accuracy(model, enc: Encoded, items: list[dict], pad_id: int, batch_size: int = 256) -> dict:
     """Share of items whose answer logit beats the wrong logit, overall and by attractor count."""
@@ -75,13 +87,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="agreement", choices=sorted(TASKS_OF_MODEL))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=400)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--pair-weight", type=float, default=1.0,
                     help="weight of the answer-vs-wrong cross-entropy added to the vocab loss")
+    ap.add_argument("--unk-prob", type=float, default=0.1,
+                    help="share of training sentences in which one random word is replaced by "
+                    "[UNK] (so that blanking a word out with [UNK] has a defined effect)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (reproducibility "
                     "holds for a fixed thread count)")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPUs "
@@ -140,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     run_loss = run_pair = 0.0
     for step, idx in enumerate(plan):
         b = enc.batch(idx, pad_id)
+        if args.unk_prob > 0:
+            blank_unk(b, tokenizer, args.unk_prob, rng)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             logits = target_logits(model, b)
         logits = logits.float()
@@ -166,6 +183,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"step {step + 1} dev " + " | ".join(
                 f"{t}: " + " ".join(f"{k} {v:.3f}" for k, v in a.items()) for t, a in accs.items()),
                 flush=True)
+            if not log or log[-1]["step"] != step + 1:
+                log.append({"step": step + 1, "loss": run_loss / ((step + 1) % 100 or 100),
+                            "pair_loss": run_pair / ((step + 1) % 100 or 100),
+                            "seconds": round(time.time() - t_train, 1)})
             log[-1]["dev"] = accs
 
     t_total = time.time() - t_start
@@ -176,9 +197,11 @@ def main(argv: list[str] | None = None) -> None:
             "model": args.model, "tasks": list(tasks), "seed": args.seed, "steps": args.steps,
             "batch_size": args.batch_size, "lr": args.lr, "warmup": args.warmup,
             "weight_decay": args.weight_decay, "pair_weight": args.pair_weight,
+            "unk_prob": args.unk_prob,
             "threads": args.threads, "bf16": args.bf16, "n_train_items": len(items),
             "data_seconds": round(t_data, 1), "train_seconds": round(time.time() - t_train, 1),
-            "total_seconds": round(t_total, 1), "final_loss": log[-1]["loss"] if log else None,
+            "total_seconds": round(t_total, 1),
+            "cpu_seconds": round(time.process_time(), 1), "final_loss": log[-1]["loss"] if log else None,
             "final_pair_loss": log[-1]["pair_loss"] if log else None,
             "final_dev": log[-1].get("dev") if log else None,
             "n_parameters": sum(p.numel() for p in model.parameters()),
