@@ -58,13 +58,18 @@ def sentence(lm, n_tokens: int) -> str:
             break
     if best is not None and best[0] == 0:
         return best[1]
-    words = "the keys to the old wooden cabinets near the doors of the big house by the river".split()
-    text = "the keys to the cabinet [MASK] on the table"
-    k = 0
-    while len(lm.tokenizer(text + " .")["input_ids"]) < n_tokens:
-        text = text.replace(" [MASK]", f" {words[k % len(words)]} [MASK]", 1)
-        k += 1
-    return text + " ."
+    phrases = ["near the old door", "of the big house", "with the red roof", "behind the small garden",
+               "by the river", "of the king", "in the city", "of kings", "at home", "here"]
+    text = "the keys to the cabinet [MASK] on the table ."
+
+    def length(t):
+        return len(lm.tokenizer(t)["input_ids"])
+
+    for ph in phrases:  # greedy: add a phrase before the blank while it fits
+        cand = text.replace(" [MASK]", f" {ph} [MASK]", 1)
+        if length(cand) <= n_tokens:
+            text = cand
+    return text
 
 
 def median_time(fn, repeats: int):
