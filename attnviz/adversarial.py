@@ -673,7 +673,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     R, m = pb.alpha0.shape[0], int(pb.allowed.sum())
     B = K * Rs
     gen = torch.Generator().manual_seed(seed)
-    log_a0 = torch.log(pb.alpha0[:, pb.allowed].clamp_min(1e-12)).to(dtype)
+    log_a0 = torch.log(pb.alpha0[:, pb.allowed].clamp_min(1e-30)).to(dtype)
     theta0 = torch.empty(Rs, K, R, m, dtype=dtype)
     theta0[0] = log_a0 + 1e-3 * torch.randn(K, R, m, generator=gen, dtype=dtype)
     if Rs > 1:
@@ -696,7 +696,9 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
         rec_ti.append(ti)
         rec_tp.append(tp)
 
-    opt = torch.optim.Adam([theta], lr=lr)
+    # eps far below the default 1e-8: a (nearly) one-hot original row has gradients ~1e-12 on its
+    # small logits, which the default eps would turn into no step at all
+    opt = torch.optim.Adam([theta], lr=lr, eps=1e-20)
     # cosine decay to lr/10: Adam's steps do not shrink by themselves, so without it the runs
     # keep jittering by ~lr around their optimum (λ = 0 would not settle at TVD ≈ 0)
     sched = torch.optim.lr_scheduler.LambdaLR(

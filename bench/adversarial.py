@@ -16,7 +16,7 @@ import time
 import torch
 
 # 16 tokens with [CLS] and [SEP] in the built-in vocabulary
-SENTENCE = "the keys to the cabinet near the old doors [MASK] on the table in the hall ."
+SENTENCE = "the keys to the cabinet near the old doors [MASK] on the table ."
 
 
 def main():

@@ -52,7 +52,7 @@ def fmt(v, d=3):
     return "–" if v is None else f"{v:.{d}f}"
 
 
-def figure(results, title):
+def figure(results, title, log_y=False):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -82,7 +82,12 @@ def figure(results, title):
                                      marker=dict(color="#9467bd", symbol="star", size=9), name="Jain & Wallace",
                                      showlegend=show), row=rr, col=cc)
     fig.update_xaxes(range=[0, math.log(2)], title_text="JSD(α′, α)", row=rows)
-    fig.update_yaxes(range=[0, 1], title_text="TVD(ŷ′, ŷ)", col=1)
+    if log_y:
+        fig.update_yaxes(type="log", range=[-5, 0])
+        fig.update_yaxes(title_text="TVD(ŷ′, ŷ) (log)", col=1)
+    else:
+        fig.update_yaxes(range=[0, 1])
+        fig.update_yaxes(title_text="TVD(ŷ′, ŷ)", col=1)
     fig.update_layout(title=title, height=330 * rows + 120, width=1100, plot_bgcolor="white",
                       legend=dict(orientation="h", y=-0.08))
     return fig
@@ -162,12 +167,14 @@ def main(argv=None):
     (out / "frontier_table.md").write_text(table + "\n", encoding="utf-8")
     (out / "frontier_layers.json").write_text(json.dumps(dict(model=args.model, text=enc.text, layers=results, heads=heads,
                                                              command=cmd), indent=1), encoding="utf-8")
-    fig = figure(results, f"{args.model}: '{enc.text}' — attention distance vs output distance, per layer")
-    try:
-        fig.write_image(str(out / "frontier_layers.png"), scale=1)
-    except Exception as e:  # noqa: BLE001 - kaleido needs a Chrome; the HTML always works
-        print(f"(PNG not written: {e}); writing HTML", file=sys.stderr)
-    fig.write_html(str(out / "frontier_layers.html"), include_plotlyjs="cdn")
+    for log_y, name in ((False, "frontier_layers"), (True, "frontier_layers_log")):
+        fig = figure(results, f"{args.model}: '{enc.text}' — attention vs output distance per layer"
+                     + (" (log TVD)" if log_y else ""), log_y)
+        try:
+            fig.write_image(str(out / f"{name}.png"), scale=1)
+        except Exception as e:  # noqa: BLE001 - kaleido needs a Chrome; the HTML always works
+            print(f"(PNG not written: {e}); writing HTML", file=sys.stderr)
+            fig.write_html(str(out / f"{name}.html"), include_plotlyjs="cdn")
 
 
 if __name__ == "__main__":
