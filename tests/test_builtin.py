@@ -28,6 +28,8 @@ CASES = [
     ("the company told the workers about [MASK] plans.", "its", "their"),
     ("the girls talked to the king about [MASK] house.", "their", "his"),
     ("the queen who met john sold [MASK] horse.", "her", "his"),
+    ("the author talked to sara about [MASK] book.", "their", "her"),
+    ("john and mary [MASK] happy.", "are", "is"),
 ]
 
 
@@ -149,10 +151,10 @@ def test_grammar_is_deterministic_and_well_formed(task):
 
 @pytest.mark.parametrize("task", grammar.TASKS)
 def test_train_and_test_splits_do_not_overlap(task):
-    test = {it["text"] for it in grammar.generate(task, 1000, seed=0, split="test")}
+    test = {it["text"] for it in grammar.generate(task, 300, seed=5, split="test")}
     shipped = {it["text"] for it in load_eval_set(task)}
     for seed in (0, 1, 2):
-        train = {it["text"] for it in grammar.generate(task, 4000, seed=seed, split="train")}
+        train = {it["text"] for it in grammar.generate(task, 3000, seed=seed, split="train")}
         assert not train & test
         assert not train & shipped
 

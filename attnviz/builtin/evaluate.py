@@ -233,7 +233,8 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
         "- **verb-number agreement**: `the keys to the cabinet [MASK] on the table.` -> are "
         "(not is)",
         "- **possessive pronouns** that refer to the subject of their clause: "
-        "`the king talked to mary about [MASK] book.` -> his (not her)", "",
+        "`the king talked to mary about [MASK] book.` -> his (not her); "
+        "`the author talked to sara about [MASK] book.` -> their (singular they, not her)", "",
         "```python",
         "from transformers import AutoModelForMaskedLM, AutoTokenizer",
         f'model = AutoModelForMaskedLM.from_pretrained("assets/models/{r["name"]}", '
@@ -247,10 +248,14 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
         "- Agreement: the masked word is the main verb — is/are, was/were, has/have or a lexical "
         "verb (runs/run); 0–4 attractors (intervening nouns of the other number) in "
         "prepositional-phrase chains (`pp`), coordinations inside a prepositional phrase "
-        "(`coord`), subject relative clauses (`src`) and object relative clauses (`orc`, with or "
-        "without *that*), plus `simple` sentences.",
-        "- Pronouns: his/her/its/their agreeing with the clause's subject (gendered nouns, first "
-        "names, neuter nouns, plurals, coordinated names), with 0–3 intervening nouns or names of "
+        "(`coord`), subject relative clauses (`src`), object relative clauses (`orc`, with or "
+        "without *that*), coordinated plural subjects (`coord_subj`: `john and the girl [MASK] "
+        "happy.` -> are; its singular nouns are the attractors), plus `simple` sentences; singular "
+        "subjects are sometimes first names.",
+        "- Pronouns: his/her/its/their agreeing with the clause's subject (gendered nouns and "
+        "first names: his/her; animals and institutions: its; plurals, coordinated names and "
+        "person nouns without grammatical gender such as *the author*: their, singular they), "
+        "with 0–3 intervening nouns or names of "
         "another gender or number: `about` (S talked to O about [MASK] N), `ditrans` (S showed O "
         "[MASK] N), `meet` (S met O in [MASK] N), `about_coord`, and subject modifiers `pp` (S "
         "with O ...) and `rc` (S who met O ...), alone or combined.",

@@ -9,12 +9,17 @@ Agreement: the masked word is the main verb (is/are, was/were, has/have or a lex
 present, e.g. runs/run); `wrong` is the same verb in the other number. Intervening nouns sit between
 the subject and the verb; `n_attractors` counts those whose number differs from the subject's.
 Constructions: simple, pp (chain of prepositional phrases), coord (coordinated nouns inside a
-prepositional phrase), src (subject relative clause), orc (object relative clause, with or without
-"that").
+prepositional phrase: "the key to the cabinets and the doors [MASK]" has a singular subject), src
+(subject relative clause), orc (object relative clause, with or without "that"), coord_subj (a
+coordinated, hence plural, subject: "john and the girl [MASK]"; here the singular nouns of the
+subject phrase are the attractors). Singular subjects are sometimes first names.
 
-Pronoun: the masked word is a possessive (his/her/its/their) that refers to the subject of its clause;
+Pronoun: the masked word is a possessive (his/her/its/their) that refers to the subject of its clause
+(male nouns and names: his; female: her; animals and institutions: its; plurals, coordinated names
+and person nouns without grammatical gender, e.g. "the author", singular they: their);
 `n_attractors` counts intervening nouns or names whose possessive differs from the subject's, and
-`wrong` is the possessive of the nearest such attractor (with no attractor: his<->her, its<->their).
+`wrong` is the possessive of the nearest such attractor (with no attractor: his<->her, its<->their,
+and his or her for a singular "their" subject).
 Constructions: simple, about ("S talked to O about [MASK] N"), ditrans ("S showed O [MASK] N"),
 meet ("S met O in [MASK] N"), about_coord ("S talked to O1 and O2 about ..."), and the subject
 modifiers pp ("S with O ...") and rc ("S who met O ..."), alone or combined ("rc_about", ...).
@@ -38,7 +43,7 @@ MASK = "[MASK]"
 TASKS = ("agreement", "pronoun")
 TEST_SHARE = 10  # percent of split keys held out for the test split
 
-AGREEMENT_CONSTRUCTIONS = ("simple", "pp", "coord", "src", "orc")
+AGREEMENT_CONSTRUCTIONS = ("simple", "pp", "coord", "src", "orc", "coord_subj")
 PRONOUN_CONSTRUCTIONS_MAX_ATTRACTORS = 3
 
 # Nouns by role.
@@ -53,6 +58,12 @@ _PLACES = L._words("""
 """)
 _PLACES = [p for p in _PLACES if p in L.ALL_COMMON_NOUNS]
 _ALL_NAMES = L.MALE_NAMES + L.FEMALE_NAMES
+_NAME_SET = frozenset(_ALL_NAMES)
+# (subject modifier, predicate) frames with room for at least n intervening nouns, by n
+_PRONOUN_FRAMES = {n: [(m, p) for m in ("none", "pp", "rc")
+                       for p in ("simple", "about", "ditrans", "meet", "about_coord")
+                       if (m != "none") + {"simple": 0, "about_coord": 2}.get(p, 1) >= n]
+                   for n in range(4)}
 _OTHER_POSSESSIVE = {"his": "her", "her": "his", "its": "their", "their": "its"}
 
 
@@ -95,7 +106,12 @@ class _Gen:
         return "the" if self.r.random() < 0.85 else self.choice(("my", "your", "our"))
 
     def adj(self, p: float = 0.2) -> list[str]:
-        return [self.choice(L.ADJECTIVES)] if self.r.random() < p else []
+        """No adjective, or one (probability p), or now and then two."""
+        if self.r.random() >= p:
+            return []
+        if self.r.random() < 0.1:
+            return [self.choice(L.ADJECTIVES), self.choice(L.ADJECTIVES)]
+        return [self.choice(L.ADJECTIVES)]
 
     def noun_np(self, pool, number: str, p_adj: float = 0.2, det: str | None = None) -> NP:
         lemma = self.choice(pool)
@@ -112,9 +128,15 @@ class _Gen:
     # ---- agreement ---------------------------------------------------------------------
     def agreement(self, n_att: int, construction: str) -> tuple[dict, str]:
         r = self.r
-        subj_number = self.choice(("sg", "pl"))
+        subj_number = "pl" if construction == "coord_subj" else self.choice(("sg", "pl"))
         animate = r.random() < 0.55
-        subj = self.noun_np(_ANIMATE if animate else _INANIMATE, subj_number)
+        if construction == "coord_subj":
+            subj = NP([], "pl")
+        elif subj_number == "sg" and animate and r.random() < 0.15:
+            name = self.choice(_ALL_NAMES)
+            subj = NP([name], "sg", head=name)
+        else:
+            subj = self.noun_np(_ANIMATE if animate else _INANIMATE, subj_number)
 
         words = list(subj.words)
         interveners: list[NP] = []
@@ -192,6 +214,33 @@ class _Gen:
                 words.append(L.third_singular(verb) if rc_number == "sg" else verb)
             else:
                 words.append(L.past(verb))
+        elif construction == "coord_subj":
+            # a plural subject coordinating 2-3 noun phrases, then 0-2 prepositional phrases;
+            # every singular noun in it is an attractor, every noun counts as intervening
+            n_conj, n_pp = r.randint(2, 3), r.randint(0, 2)
+            while n_conj + n_pp < n_att:
+                if n_pp < 2:
+                    n_pp += 1
+                else:
+                    n_conj += 1
+            k = n_conj + n_pp
+            sing = set(r.sample(range(k), n_att))
+            for i in range(k):
+                num = "sg" if i in sing else "pl"
+                if i >= n_conj:
+                    np_ = self.intervener(num)
+                elif animate and num == "sg" and r.random() < 0.3:
+                    name = self.choice(_ALL_NAMES)
+                    np_ = NP([name], "sg", head=name)
+                else:
+                    np_ = self.noun_np(_ANIMATE if animate else _INANIMATE, num)
+                if i >= n_conj:
+                    words.append(self.choice(L.PP_PREPOSITIONS))
+                elif i > 0:
+                    words.append("and")
+                words += np_.words
+                interveners.append(np_)
+            subj.head = interveners[0].head
         else:
             raise ValueError(f"unknown agreement construction {construction!r}")
 
@@ -280,10 +329,16 @@ class _Gen:
             np_ = self.noun_np(_NEUTER_SUBJECTS, "sg", p_adj=0.15, det="the")
             np_.pclass = "its"
             return np_
-        # plural
-        if as_subject and r.random() < 0.2:
+        # "their": plurals, coordinated names, and singular person nouns without grammatical
+        # gender (singular they: "the author lost their book")
+        x = r.random()
+        if as_subject and x < 0.2:
             a, b = r.sample([n for n in _ALL_NAMES if n not in exclude], 2)
             return NP([a, "and", b], "pl", "their", head=a)
+        if x > 0.75:
+            np_ = self.noun_np(L.PERSON_NOUNS, "sg", p_adj=0.15, det="the")
+            np_.pclass = "their"
+            return np_
         np_ = self.noun_np(_PLURAL_SUBJECTS, "pl", p_adj=0.15, det="the")
         np_.pclass = "their"
         return np_
@@ -297,10 +352,7 @@ class _Gen:
         r = self.r
         c = self.choice(L.POSSESSIVES)
         # modifier slots (0/1 noun) + predicate slots (0/1/2 nouns), at least n_att nouns in all
-        options = [(m, p) for m in ("none", "pp", "rc")
-                   for p in ("simple", "about", "ditrans", "meet", "about_coord")
-                   if (m != "none") + {"simple": 0, "about_coord": 2}.get(p, 1) >= n_att]
-        mod, pred = self.choice(options)
+        mod, pred = self.choice(_PRONOUN_FRAMES[n_att])
         k = (mod != "none") + {"simple": 0, "about_coord": 2}.get(pred, 1)
         opp = set(r.sample(range(k), n_att))
         classes = [self.choice([x for x in L.POSSESSIVES if x != c]) if i in opp else c
@@ -308,12 +360,12 @@ class _Gen:
 
         used: set[str] = set()
         subj = self.person(c, True, used)
-        used.update(w for w in subj.words if w in _ALL_NAMES)
+        used.update(w for w in subj.words if w in _NAME_SET)
         interveners: list[NP] = []
 
         def other(pc: str) -> NP:
             np_ = self.person(pc, False, used)
-            used.update(w for w in np_.words if w in _ALL_NAMES)
+            used.update(w for w in np_.words if w in _NAME_SET)
             # an intervener of the subject's own class must be another entity
             if np_.words == subj.words:
                 return other(pc)
@@ -354,7 +406,12 @@ class _Gen:
         words += possessed.words
 
         attractors = [np_ for np_ in interveners if np_.pclass != c]
-        wrong = attractors[-1].pclass if attractors else _OTHER_POSSESSIVE[c]
+        if attractors:
+            wrong = attractors[-1].pclass
+        elif c == "their" and subj.number == "sg":
+            wrong = self.choice(("his", "her"))
+        else:
+            wrong = _OTHER_POSSESSIVE[c]
         if mod == "none":
             construction = pred
         elif pred == "simple":
