@@ -154,12 +154,14 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
 
     Each panel has its own colour scale from 0 to its maximum (methods have different units); the
     target row's label is marked with an arrow on the y axis. Values are written in the cells when
-    n <= MAX_CELL_TEXT (or cell_text=True).
+    they are wide enough to read (n <= MAX_CELL_TEXT and about 24 px per cell), or cell_text=True.
     """
     k = len(mats)
     n = len(labels)
     value_names = list(value_names or ["value"] * k)
-    cell_text = n <= MAX_CELL_TEXT if cell_text is None else cell_text
+    # about square cells in a ~1000 px wide page: panel width / n, between 14 and 40 px
+    cell = min(40.0, max(14.0, (1000.0 / k - 60.0) / max(n, 1)))
+    cell_text = (n <= MAX_CELL_TEXT and cell >= 24) if cell_text is None else cell_text
     fig = make_subplots(rows=1, cols=k, shared_yaxes=True, horizontal_spacing=0.02 if k > 1 else 0.0,
                         subplot_titles=list(titles))
     for c, (M, vname) in enumerate(zip(mats, value_names)):
@@ -179,9 +181,10 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
         if cell_text:
             hm.update(texttemplate="%{z:.2f}", textfont=dict(size=8 if n > 14 else 10))
         fig.add_trace(hm, row=1, col=c + 1)
-        fig.update_xaxes(tickangle=-60, type="category", row=1, col=c + 1, title_text="source (column j)",
+        fig.update_xaxes(tickangle=-60, type="category", tickmode="linear", dtick=1, row=1, col=c + 1,
+                         title_text="source (column j)",
                          title_font=dict(size=11), tickfont=dict(size=10))
-    fig.update_yaxes(autorange="reversed", type="category", tickfont=dict(size=10))
+    fig.update_yaxes(autorange="reversed", type="category", tickmode="linear", dtick=1, tickfont=dict(size=10))
     fig.update_yaxes(title_text="receiving (row i)", title_font=dict(size=11), row=1, col=1)
     if target is not None and 0 <= target < n:
         fig.add_annotation(x=0, xref="paper", xanchor="right", xshift=-2, y=labels[target], yref="y",
@@ -189,8 +192,6 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     # subplot titles above the colour bars
     for ann in fig.layout.annotations[:k]:
         ann.update(yshift=34, font=dict(size=13))
-    # about square cells in a ~1000 px wide page: panel width / n, between 14 and 40 px
-    cell = min(40.0, max(14.0, (1000.0 / k - 60.0) / max(n, 1)))
     fig.update_layout(height=height or int(cell * n + 230), margin=dict(l=10, r=10, t=90, b=10),
                       plot_bgcolor="white")
     return fig

@@ -52,6 +52,29 @@ EXPLAIN = {
         "**Caveats.** LayerNorm is split linearly by fixing each row's variance at its real value; the bias "
         "terms form a small remainder that belongs to no token. For pre-LN models (GPT-2, Llama) there is no "
         "LayerNorm after the residual, so this map equals AttnRes-N. The feed-forward block is not included."),
+    "atb_ff": (
+        "**What it shows.** How much each source token contributes to the output of the layer's "
+        "feed-forward block (FFN) alone: the attention block's per-source shares are pushed through the "
+        "FFN, whose non-linearity is split between sources with integrated gradients (ATBFF, Kobayashi et "
+        "al. 2024). Each cell is the norm of that source's share.",
+        "**Caveats.** The split of a non-linear block is a choice (integrated gradients from a zero "
+        "baseline); the shares add up to the real FFN output only up to a small completeness error, reported "
+        "with the map. The residual and the LayerNorm around the FFN are not included (see ATBFFRES, "
+        "ATBFFRESLN)."),
+    "atb_ff_res": (
+        "**What it shows.** The whole layer up to the second residual connection: attention, residual, "
+        "first LayerNorm and FFN, plus the residual around the FFN, as one share per source token "
+        "(ATBFFRES, Kobayashi et al. 2024).",
+        "**Caveats.** Same integrated-gradients split of the FFN as ATBFF, with its completeness error. "
+        "The final LayerNorm of the layer is not applied (see ATBFFRESLN)."),
+    "atb_ff_res_ln": (
+        "**What it shows.** The whole layer, end to end: each source token's share of the layer's real "
+        "output vector, including the final LayerNorm (ATBFFRESLN, Kobayashi et al. 2024). The most "
+        "complete of the maps here.",
+        "**Caveats.** LayerNorm is split linearly at the real variance and the FFN with integrated "
+        "gradients, so the shares sum to the real output up to the completeness error shown with the map; "
+        "bias terms form a remainder that belongs to no token. Expensive for long texts. Pre-LN models have "
+        "no norm after the second residual: the map equals ATBFFRES there."),
 }
 
 st.title("About")

@@ -95,6 +95,11 @@ def maps_panel():
         units.append(ui.value_name(m))
     fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target)
     st.plotly_chart(fig, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    for m in shown:
+        comp = a.maps[m].meta.get("completeness")
+        if comp is not None and len(comp) > l:
+            st.caption(f"{ui.method_label(m)}: the source shares sum to the layer's real vector up to a relative "
+                       f"completeness error of {float(comp[l]):.1e} at layer {l + 1} (integrated gradients).")
     if view.target is not None:
         tl = view.labels[view.target]
         rows = [M[view.target] for M in mats]

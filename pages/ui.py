@@ -61,7 +61,8 @@ URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "lay
 BOUND = ("layer", "head", "hide", "merge")
 
 VALUE_NAMES = {"attention": "attention weight", "rollout": "rollout share", "flow": "flow share",
-               "value_norm": "‖α f(x)‖", "attn_res": "‖z‖ (attn + residual)", "attn_res_ln": "‖g(z)‖ (after LN)"}
+               "value_norm": "‖α f(x)‖", "attn_res": "‖z‖ (attn + residual)", "attn_res_ln": "‖g(z)‖ (after LN)",
+               "atb_ff": "‖FFN share‖", "atb_ff_res": "‖share‖ (to 2nd residual)", "atb_ff_res_ln": "‖share‖ (layer output)"}
 
 
 # ------------------------------------------------------------------------------------ text helpers

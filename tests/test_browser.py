@@ -194,7 +194,7 @@ def test_type_a_sentence_and_read_the_heatmaps(server, browser, spec):
 def test_heads_click_opens_explore_and_script_text_is_text(server, browser, spec):
     SHOTS.mkdir(parents=True, exist_ok=True)
     lm = attnviz.load_model(spec)
-    text = "<script>alert(1)</script> the dog [MASK] ."
+    text = "<script>alert(1)</script> <b>the</b> dog [MASK] ."
     page = browser.new_page(viewport={"width": 1500, "height": 1400})
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -215,7 +215,9 @@ def test_heads_click_opens_explore_and_script_text_is_text(server, browser, spec
     z = chart_js(page, "maps", "g => g.data[0].z")
     np.testing.assert_allclose(arr(z), ref.maps["attention"].heads[1, 2], rtol=1e-6, atol=1e-9)
     ticks = chart_js(page, "maps", "g => [...g.querySelectorAll('.xaxislayer-above .xtick text')].map(e => e.textContent)")
-    assert ticks[: len(ref.tokens)] == [f"{i}·{t}" for i, t in enumerate(ref.tokens)]  # "<" drawn as text
+    assert ticks[: len(ref.tokens)] == [f"{i}·{t}" for i, t in enumerate(ref.tokens)]  # every token, as text
+    html = page.locator(".st-key-maps").inner_html()
+    assert "<script" not in html.lower() and "<b>" not in html
     assert page.evaluate("location.pathname") == "/" and "page=explore" in page.evaluate("location.search")
     assert dialogs == []  # nothing was executed
     page.screenshot(path=str(SHOTS / "05_opened_from_heads.png"))

@@ -1,0 +1,163 @@
+"""Benchmark the app in a real browser: page load to first heatmap, and a layer-slider move to the
+re-rendered heatmaps, against references measured in the same run.
+
+    python bench/app.py [--spec builtin:agreement] [--repeats 7]
+
+References: (1) the same heatmap figure drawn by plotly.js from a static HTML file in the same
+browser (the floor for drawing it), (2) one plain forward pass of the model in this process.
+Needs /usr/bin/chromium and python playwright. Torch runs on one thread here and in the server.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+TEXT = "the keys to the cabinet [MASK] on the table ."
+METHODS = "attention,rollout,attn_res_ln"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int):
+    env = dict(os.environ, ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+                             "--server.address", "127.0.0.1", "--server.headless", "true",
+                             "--server.port", str(port), "--browser.gatherUsageStats", "false"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("streamlit did not start")
+
+
+WAIT_MAPS = """want => { const g = document.querySelector('.st-key-maps .js-plotly-plot');
+    return !!(g && g.querySelector('.heatmaplayer') && g.layout.annotations[0].text.includes(want)); }"""
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", default=None, help="model spec (default: builtin:agreement, else pkg:minilm)")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args(argv)
+
+    import torch
+    torch.set_num_threads(1)
+    import attnviz
+    from attnviz import plots
+    from attnviz.models.load import builtin_names
+    from playwright.sync_api import sync_playwright
+
+    spec = args.spec or ("builtin:agreement" if "agreement" in builtin_names() else "pkg:minilm")
+    lm = attnviz.load_model(spec)
+
+    # reference 1: one plain forward pass
+    enc = lm.tokenizer(TEXT, return_tensors="pt")
+    fwd = []
+    with torch.inference_mode():
+        lm.model(**enc)
+        for _ in range(20):
+            t = time.perf_counter()
+            lm.model(**enc)
+            fwd.append(time.perf_counter() - t)
+    t_fwd = med(fwd)
+
+    # the figure the app draws at layer 1, as a static page (reference 2)
+    a = attnviz.analyze(lm, TEXT, methods=METHODS.split(","))
+    view = plots.make_view(a.tokens, a.special, a.target)
+    fig = plots.heatmaps([view.apply(a.maps[m].layer[0], attnviz.METHODS[m].rows_sum_to_one) for m in METHODS.split(",")],
+                         view.labels, [f"{m} · layer 1" for m in METHODS.split(",")])
+    static = Path(tempfile.mkdtemp()) / "static.html"
+    fig.write_html(static, include_plotlyjs=True, full_html=True, div_id="fig")
+
+    port = free_port()
+    t_start = time.perf_counter()
+    server = start_server(port)
+    t_server = time.perf_counter() - t_start
+    url = f"http://127.0.0.1:{port}/?model={quote(spec)}&text={quote(TEXT)}&methods={quote(METHODS)}"
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+
+            def load(u, wait_js, arg=None):
+                ctx = b.new_context(viewport={"width": 1500, "height": 1400})
+                page = ctx.new_page()
+                t = time.perf_counter()
+                page.goto(u)
+                page.wait_for_function(wait_js, arg=arg, timeout=180_000)
+                return time.perf_counter() - t, ctx, page
+
+            cold, ctx, page = load(url, WAIT_MAPS, "layer 1")
+            ctx.close()
+            static_js = "() => { const g = document.getElementById('fig'); return !!(g && g.querySelector('.heatmaplayer image')); }"
+            statics, warms = [], []
+            for _ in range(args.repeats):
+                t, ctx, _p = load(static.as_uri(), static_js)
+                statics.append(t)
+                ctx.close()
+                t, ctx, page = load(url, WAIT_MAPS, "layer 1")
+                warms.append(t)
+                ctx.close()
+            # slider moves on one page: layer 1 -> 2 -> 1 -> 2 ...
+            ctx = b.new_context(viewport={"width": 1500, "height": 1400})
+            page = ctx.new_page()
+            page.goto(url)
+            page.wait_for_function(WAIT_MAPS, arg="layer 1", timeout=180_000)
+            slider = page.get_by_role("slider").first
+            slider.focus()
+            moves = []
+            layer = 1
+            for k in range(2 * args.repeats + 1):
+                key, layer = ("ArrowRight", 2) if layer == 1 else ("ArrowLeft", 1)
+                t = time.perf_counter()
+                slider.press(key)
+                page.wait_for_function(WAIT_MAPS, arg=f"layer {layer}", timeout=60_000)
+                if k:  # the first move warms the fragment's code path
+                    moves.append(time.perf_counter() - t)
+                time.sleep(0.3)
+            ctx.close()
+            b.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    t_static, t_warm, t_move = med(statics), med(warms), med(moves)
+    print(f"attnviz app benchmark — model {spec}, {len(a.tokens)} tokens, methods {METHODS}, "
+          f"median of {args.repeats} (slider: {len(moves)} moves)")
+    print(f"  reference: plain forward pass             {t_fwd * 1e3:9.1f} ms")
+    print(f"  reference: same figure, static plotly page {t_static * 1e3:9.1f} ms")
+    print(f"  server start (until the port answers)      {t_server * 1e3:9.1f} ms")
+    print(f"  cold page load to first heatmap            {cold * 1e3:9.1f} ms   (imports + model load + analysis)")
+    print(f"  warm page load to first heatmap            {t_warm * 1e3:9.1f} ms   = {t_warm / t_static:5.1f} x static page")
+    print(f"  slider move to re-rendered heatmaps        {t_move * 1e3:9.1f} ms   = {t_move / t_static:5.2f} x static page"
+          f" = {t_move / t_fwd:6.1f} x forward pass   (budget 500 ms: {'ok' if t_move <= 0.5 else 'OVER'})")
+    print(f"  slider moves (ms): {' '.join(f'{m * 1e3:.0f}' for m in moves)}")
+
+
+if __name__ == "__main__":
+    main()
