@@ -162,13 +162,21 @@ def estimate_pairs(pairs: int, l: int, n: int) -> float:
 def _solve(Ares: np.ndarray, l: int, pairs: list, workers: int) -> list:
     if workers <= 1:
         return _pairs(Ares, l, pairs)
-    ex = _pool(workers)
+    global _POOL
     chunks = [pairs[s::workers] for s in range(workers)]
-    results = [ex.submit(_pairs, Ares, l, c) for c in chunks]
-    vals = {}
-    for c, f in zip(chunks, results):
-        vals.update(zip(c, f.result()))
-    return [vals[p] for p in pairs]
+    try:
+        ex = _pool(workers)
+        results = [ex.submit(_pairs, Ares, l, c) for c in chunks]
+        vals = {}
+        for c, f in zip(chunks, results):
+            vals.update(zip(c, f.result(timeout=600)))
+        return [vals[p] for p in pairs]
+    except Exception:  # noqa: BLE001 - a broken or unavailable pool must not lose the result
+        with _POOL_LOCK:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False, cancel_futures=True)
+            _POOL = None
+        return _pairs(Ares, l, pairs)
 
 
 def _pairs(Ares: np.ndarray, l: int, pairs: list) -> list:
