@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections import OrderedDict
 from typing import Optional, Sequence
+
+import numpy as np
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
@@ -257,6 +261,60 @@ def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_
     return attnviz.analyze(lm, text_, methods=list(methods), target=target, max_tokens=cap_)
 
 
+def _flow_input(a) -> np.ndarray:
+    """The head-mean attention [L, n, n] exactly as attnviz.methods.flow.compute forms it."""
+    return np.asarray(a.maps["attention"].heads, dtype=np.float32).mean(1)
+
+
+@st.cache_data(show_spinner="Computing attention flow…", max_entries=64)
+def _flow(spec_: str, text_: str, cap_: int, _A: np.ndarray):
+    """Attention flow for a short text (cached by model, text and cap; _A is the attention)."""
+    from attnviz.methods.base import Map
+    from attnviz.methods.flow import flow
+    return Map("flow", flow(_A), None, {"rows_sum_to_one": True})
+
+
+# long flow jobs run with a progress bar, so they are kept here rather than in st.cache_data
+# (a cached function cannot update an element created outside it)
+_LONG_FLOW: "OrderedDict[tuple, object]" = OrderedDict()
+_LONG_FLOW_LOCK = threading.Lock()
+_LONG_FLOW_MAX = 8
+
+
+def _long_flow(key: tuple, A: np.ndarray, est: float):
+    """Attention flow with a progress bar; results kept per (spec, text, cap)."""
+    from attnviz.methods.base import Map
+    from attnviz.methods.flow import flow
+    with _LONG_FLOW_LOCK:
+        if key in _LONG_FLOW:
+            _LONG_FLOW.move_to_end(key)
+            return _LONG_FLOW[key]
+    done = {"f": 0.0}
+    out = {}
+
+    def run():
+        try:
+            out["map"] = Map("flow", flow(A, progress=lambda f: done.__setitem__("f", f)), None,
+                             {"rows_sum_to_one": True})
+        except Exception as e:  # noqa: BLE001 - shown to the user below
+            out["error"] = e
+
+    bar = st.progress(0.0, text=f"Computing attention flow (about {est:.0f} s)…")
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.25)
+        bar.progress(min(1.0, done["f"]), text=f"Computing attention flow: {done['f']:.0%} (about {est:.0f} s in all)")
+    bar.empty()
+    if "error" in out:
+        raise out["error"]
+    with _LONG_FLOW_LOCK:
+        _LONG_FLOW[key] = out["map"]
+        while len(_LONG_FLOW) > _LONG_FLOW_MAX:
+            _LONG_FLOW.popitem(last=False)
+    return out["map"]
+
+
 def flow_cost(lm, n_tokens: int) -> float:
     from attnviz.methods.flow import default_workers, estimate_seconds
     return estimate_seconds(lm.n_layers, n_tokens, workers=default_workers())
@@ -270,9 +328,10 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True) -> Optio
     """attnviz.analyze for the current (spec, text, methods, target, cap), cached; None (after an
     error box) when the model or the text cannot be used. methods: default the selected ones.
 
-    Attention flow whose estimated cost exceeds FLOW_ASK_SECONDS is left out (listed in
-    .disabled with its estimate) until the user presses the button shown here (ask=False: no
-    warning, no button, e.g. inside a fragment that reruns on its own)."""
+    Attention flow is computed on its own (it depends on the attention only). When its estimated
+    cost exceeds FLOW_ASK_SECONDS it is left out (listed in .disabled with its estimate) until the
+    user presses the button shown here, then computed with a progress bar (ask=False: no warning,
+    no button, e.g. inside a fragment that reruns on its own)."""
     lm = model()
     if lm is None:
         return None
@@ -298,30 +357,42 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True) -> Optio
         if ask:
             show_error(e)
         return None
-    skipped = None
-    if "flow" in methods:
-        est = flow_cost(lm, len(enc.tokens))
-        key = (s, enc.text)
-        if est > FLOW_ASK_SECONDS and key not in st.session_state.get("_flow_ok", set()):
-            skipped = est
-            methods = tuple(m for m in methods if m != "flow")
-        if skipped is not None and ask:
-            st.warning(f"Attention flow for {len(enc.tokens)} tokens would take about {est:.0f} s "
-                       "(one max-flow per pair of tokens per layer). It is left out until you ask for it.",
-                       icon=":material/hourglass:")
-            try:
-                st.button(f"Compute attention flow (about {est:.0f} s)", key=f"flow_go_{abs(hash(key))}",
-                          on_click=_confirm_flow, args=(key,))
-            except StreamlitAPIException:  # analysis() called twice in one run: one button is enough
-                pass
+    want_flow = "flow" in methods
+    rest = tuple(m for m in methods if m != "flow")
+    if want_flow and "attention" not in rest:
+        rest = rest + ("attention",)
     try:
-        a = _analyze(s, t, methods, target_, c)
+        a = _analyze(s, t, rest, target_, c)
     except InputError as e:
         if ask:
             show_error(e)
         return None
-    if skipped is not None:
-        a.disabled["flow"] = f"not computed yet: about {skipped:.0f} s for this text (press the button to run it)"
+    if not want_flow:
+        return a
+    est = flow_cost(lm, len(enc.tokens))
+    key = (s, enc.text, c)
+    fmap = None
+    try:
+        if est <= FLOW_ASK_SECONDS:
+            fmap = _flow(s, enc.text, c, _flow_input(a))
+        elif key in st.session_state.get("_flow_ok", set()):
+            fmap = _long_flow(key, _flow_input(a), est)
+        else:
+            a.disabled["flow"] = f"not computed yet: about {est:.0f} s for this text (press the button to run it)"
+            if ask:
+                st.warning(f"Attention flow for {len(enc.tokens)} tokens would take about {est:.0f} s "
+                           "(one max-flow per pair of tokens per layer). It is left out until you ask for it.",
+                           icon=":material/hourglass:")
+                try:
+                    st.button(f"Compute attention flow (about {est:.0f} s)", key=f"flow_go_{abs(hash(key))}",
+                              on_click=_confirm_flow, args=(key,))
+                except StreamlitAPIException:  # analysis() called twice in one run: one button is enough
+                    pass
+    except Exception as e:  # noqa: BLE001 - flow failing must not take the other maps down
+        a.disabled["flow"] = f"attention flow failed: {e}"
+    maps = {m: (fmap if m == "flow" else a.maps[m]) for m in methods
+            if (fmap is not None if m == "flow" else m in a.maps)}
+    a.maps = maps
     return a
 
 
