@@ -239,3 +239,29 @@ def test_flow_graph_and_model_pages_render(server, browser, spec):
     page.wait_for_selector("text=What it shows", timeout=60_000)
     page.screenshot(path=str(SHOTS / "08_about.png"))
     page.close()
+
+
+def test_downloads_are_real_files(server, browser, spec):
+    import io
+    import json
+
+    ctx = browser.new_context(accept_downloads=True, viewport={"width": 1500, "height": 1400})
+    page = ctx.new_page()
+    page.goto(f"{server}/?model={quote(spec)}&methods=attention,rollout")
+    page.wait_for_selector(".st-key-maps .heatmaplayer", timeout=120_000)
+    page.get_by_text("Download").first.click()
+    got = {}
+    for label in ("Analysis as JSON", "Analysis as NPZ", "Maps as SVG", "Maps as PNG"):
+        with page.expect_download(timeout=90_000) as d:
+            page.get_by_role("button", name=label).click()
+        got[label] = Path(d.value.path()).read_bytes()
+    ref = attnviz.analyze(attnviz.load_model(spec), "the keys to the cabinet [MASK] on the table .",
+                          methods=["attention", "rollout"])
+    doc = json.loads(got["Analysis as JSON"])
+    assert doc["spec"] == spec and doc["tokens"] == ref.tokens and doc["attnviz_version"] == attnviz.__version__
+    np.testing.assert_allclose(np.array(doc["maps"]["rollout"]["layer"]), ref.maps["rollout"].layer, rtol=1e-6)
+    with np.load(io.BytesIO(got["Analysis as NPZ"])) as z:
+        np.testing.assert_allclose(z["maps/attention/heads"], ref.maps["attention"].heads, rtol=1e-6)
+    assert got["Maps as SVG"].lstrip().startswith(b"<svg")
+    assert got["Maps as PNG"][:8] == b"\x89PNG\r\n\x1a\n"
+    ctx.close()
