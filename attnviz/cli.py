@@ -87,7 +87,7 @@ def cmd_analyze(args) -> int:
                 m["heads"] = None
         if args.faithfulness:
             r = score_sentence(lm, a.text, methods=list(a.maps), baselines=_csv(args.baselines),
-                               contrast=_csv(args.contrast), ig_steps=args.ig_steps, analysis=a,
+                               contrast=_csv(args.contrast), ig_steps=args.ig_steps, analysis=a, ig_tol=args.ig_tol or None,
                                max_tokens=args.max_tokens)
             d["faithfulness"] = r.to_dict()
         out.write_text(json.dumps(d, ensure_ascii=False, allow_nan=False), encoding="utf-8")
@@ -119,6 +119,7 @@ def cmd_study(args) -> int:
 
     try:
         res = study(lm, items, methods=_csv(args.methods), baselines=_csv(args.baselines), ig_steps=args.ig_steps,
+                    ig_tol=args.ig_tol or None,
                     include_target=args.include_target, use_contrast=not args.no_contrast, out_dir=args.out,
                     resume=not args.fresh, max_tokens=args.max_tokens, progress=progress)
     except KeyboardInterrupt:
@@ -166,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--faithfulness", action="store_true", help="add importance baselines and correlations")
     a.add_argument("--baselines", help="comma-separated importance baselines (default all)")
     a.add_argument("--contrast", help="correct,wrong (e.g. is,are): target p(correct) - p(wrong)")
-    a.add_argument("--ig-steps", type=int, default=32)
+    a.add_argument("--ig-steps", type=int, default=32, help="integrated-gradient steps (the first try)")
+    a.add_argument("--ig-tol", type=float, default=0.01,
+                   help="double the steps (up to 256) until the relative completeness error is at most this; 0: fixed steps")
     a.add_argument("--max-tokens", type=int, default=128)
     a.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     a.set_defaults(func=cmd_analyze)
@@ -178,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n", type=int, default=None, help="first N items only")
     s.add_argument("--methods", help="comma-separated (default attention,rollout,flow,value_norm,attn_res,attn_res_ln)")
     s.add_argument("--baselines", help="comma-separated (default all five)")
-    s.add_argument("--ig-steps", type=int, default=32)
+    s.add_argument("--ig-steps", type=int, default=32, help="integrated-gradient steps (the first try)")
+    s.add_argument("--ig-tol", type=float, default=0.01,
+                   help="double the steps (up to 256) until the relative completeness error is at most this; 0: fixed steps")
     s.add_argument("--include-target", action="store_true", help="also attribute the target position itself")
     s.add_argument("--no-contrast", action="store_true", help="target p(prediction) even when items name answer/wrong")
     s.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")

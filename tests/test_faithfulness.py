@@ -415,3 +415,20 @@ def test_faithfulness_page_tables(monkeypatch):
         per.append(F.score_sentence(lm, it["text"], contrast=contrast).correlations.rho[:, :, 0])
     np.testing.assert_allclose(table.to_numpy(), np.nanmean(per, 0), atol=1e-9, equal_nan=True)
     assert len(at.get("plotly_chart")) == 2
+
+
+def test_adaptive_integrated_gradient_steps(tokenizer):
+    """With ig_tol the steps double until the completeness error is within it (a sharp path needs more)."""
+    lm = _double_model(tokenizer, "bert", seed=3, init=0.5)
+    fixed = F.importance(lm, SENTENCE, baselines=["integrated_gradients"], ig_steps=16)
+    assert fixed.ig["completeness_rel"] > 1e-2 and fixed.ig["tried"] == [16]
+    adaptive = F.importance(lm, SENTENCE, baselines=["integrated_gradients"], ig_steps=16, ig_tol=1e-3)
+    assert adaptive.ig["tried"][0] == 16 and adaptive.ig["steps"] == adaptive.ig["tried"][-1] > 16
+    assert all(b == 2 * a for a, b in zip(adaptive.ig["tried"], adaptive.ig["tried"][1:]))
+    assert adaptive.ig["completeness_rel"] <= 1e-3
+    # the stated error is the real one: Σ IG against f(e) - f(e') from the model
+    f_gap = adaptive.ig["f_input"] - adaptive.ig["f_baseline"]
+    assert abs(np.nansum(adaptive.signed["integrated_gradients"]) - f_gap) == pytest.approx(
+        adaptive.ig["completeness_abs"], abs=1e-12)
+    capped = F.importance(lm, SENTENCE, baselines=["integrated_gradients"], ig_steps=4, ig_tol=1e-12, ig_max_steps=16)
+    assert capped.ig["tried"] == [4, 8, 16] and any("still" in n for n in capped.notes)

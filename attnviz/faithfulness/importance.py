@@ -48,6 +48,7 @@ BASELINES = {
     "integrated_gradients": "Integrated gradients",
 }
 DEFAULT_IG_STEPS = 32
+IG_MAX_STEPS = 256
 _CHUNK = 64  # rows per batched forward (blank-out / leave-one-out / IG steps / Jacobian rows)
 
 
@@ -357,10 +358,13 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
 
 def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contrast: Optional[Sequence] = None,
                target: Optional[int] = None, ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False,
-               max_tokens: int = DEFAULT_MAX_TOKENS, progress: Optional[Callable[[str, float], None]] = None) -> Importance:
+               max_tokens: int = DEFAULT_MAX_TOKENS, progress: Optional[Callable[[str, float], None]] = None,
+               ig_tol: Optional[float] = None, ig_max_steps: int = IG_MAX_STEPS) -> Importance:
     """Model + text -> Importance: [n] vectors per baseline for the target quantity f (module docstring).
 
     baselines: names from BASELINES (default all). contrast: (correct, wrong). target: position.
+    ig_tol: when given, the integrated-gradient steps are doubled (up to ig_max_steps) until the
+    relative completeness error |Σ IG - (f(e) - f(e'))| / |f(e) - f(e')| is at most ig_tol.
     """
     baselines = list(BASELINES if baselines is None else baselines)
     unknown = [b for b in baselines if b not in BASELINES]
@@ -412,7 +416,18 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
             else:
                 put(b, grads[1][pos], sign=tg.output != "hidden")
         elif b == "integrated_gradients":
-            ig, ig_info = integrated_gradients(lm, enc, tg, pos, ig_steps, ref)
+            steps, tried = int(ig_steps), []
+            while True:
+                ig, ig_info = integrated_gradients(lm, enc, tg, pos, steps, ref)
+                tried.append(steps)
+                if ig_tol is None or ig_info["completeness_rel"] <= ig_tol or steps * 2 > ig_max_steps:
+                    break
+                steps *= 2
+            ig_info["tried"] = tried
+            if ig_tol is not None and ig_info["completeness_rel"] > ig_tol:
+                notes.append(f"integrated gradients: the completeness error is still "
+                             f"{100 * ig_info['completeness_rel']:.2g} % after {steps} steps (tolerance "
+                             f"{100 * ig_tol:.2g} %)")
             put(b, ig[pos])
         timings[b] = time.perf_counter() - t
     if tg.output == "hidden" and ({"grad_norm", "input_x_grad"} & set(baselines)):

@@ -48,10 +48,12 @@ def score_sentence(lm, text: str, methods: Optional[Sequence[str]] = None, basel
                    contrast: Optional[Sequence] = None, ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False,
                    target: Optional[int] = None, analysis: Optional[Analysis] = None,
                    max_tokens: int = DEFAULT_MAX_TOKENS, flow_workers: Optional[int] = None,
-                   progress: Optional[Callable[[str, float], None]] = None) -> SentenceResult:
+                   progress: Optional[Callable[[str, float], None]] = None,
+                   ig_tol: Optional[float] = None) -> SentenceResult:
     """Model + text -> SentenceResult (maps' target rows vs importance baselines, per method and layer).
 
-    analysis: an Analysis of the same text to take the maps from (else analyze() runs here)."""
+    analysis: an Analysis of the same text to take the maps from (else analyze() runs here).
+    ig_tol: adaptive integrated-gradient steps (see importance)."""
     methods, left = available_methods(lm, methods)
     if analysis is None:
         analysis = analyze(lm, text, methods=methods, target=target, max_tokens=max_tokens, mixing=False,
@@ -63,7 +65,7 @@ def score_sentence(lm, text: str, methods: Optional[Sequence[str]] = None, basel
     if list(enc.tokens) != list(analysis.tokens):
         raise InputError("the analysis was made for another text: run it again")
     imp = importance(lm, enc, baselines=baselines, contrast=contrast, ig_steps=ig_steps,
-                     include_target=include_target,
+                     include_target=include_target, ig_tol=ig_tol,
                      progress=(lambda s, f: progress(s, 0.5 + 0.5 * f)) if progress else None)
     corr = correlate(analysis.maps, imp, methods=methods)
     notes = list(imp.notes) + [f"{m}: {why}" for m, why in left.items()] + corr.notes()

@@ -186,7 +186,7 @@ def _read_records(path: Path) -> list:
 def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, baselines: Optional[Sequence[str]] = None,
           ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False, use_contrast: bool = True,
           out_dir=None, resume: bool = True, max_tokens: int = 128,
-          progress: Optional[Callable[[int, int], None]] = None) -> StudyResult:
+          progress: Optional[Callable[[int, int], None]] = None, ig_tol: Optional[float] = None) -> StudyResult:
     """Model + sentences (str, or dicts with text and optional answer / wrong) -> StudyResult.
 
     The target is p(answer) - p(wrong) for items that name both (use_contrast), else the model's
@@ -205,6 +205,7 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
         notes.append("this model has no output head: the items' answer / wrong words are not used "
                      "(target: cosine of the final hidden state)")
     settings = dict(model=lm.spec, methods=methods, baselines=baselines, ig_steps=int(ig_steps),
+                    ig_tol=None if ig_tol is None else float(ig_tol),
                     include_target=bool(include_target), use_contrast=bool(use_contrast), max_tokens=int(max_tokens))
     done = {}
     rec_path = None
@@ -240,10 +241,11 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
             try:
                 res = score_sentence(lm, it["text"], methods=methods, baselines=baselines, contrast=contrast,
                                      ig_steps=ig_steps, include_target=include_target, max_tokens=max_tokens,
-                                     flow_workers=1)
+                                     flow_workers=1, ig_tol=ig_tol)
                 c = res.correlations
                 rec = dict(key=key, i=i, text=it["text"], n_tokens=len(res.importance.tokens), f0=res.importance.f0,
                            contrast=contrast is not None, ig_rel=res.importance.ig.get("completeness_rel"),
+                           ig_steps=res.importance.ig.get("steps"),
                            rho=_nanlist(c.rho), tau=_nanlist(c.tau))
             except InputError as e:
                 rec = dict(key=key, i=i, text=it["text"], error=str(e))
