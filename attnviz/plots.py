@@ -411,14 +411,16 @@ def graph_figure(G, threshold: float = 0.05, title: str = "") -> go.Figure:
         nx_.append(i); ny_.append(l); nt.append(d["label"])
     out = G.graph.get("output")
     colors = [HIGHLIGHT if (highlight and l == top and i == out) else "#1f77b4" for (l, i) in G.nodes()]
-    fig.add_trace(go.Scatter(x=nx_, y=ny_, mode="markers", marker=dict(size=10, color=colors, line=dict(width=1, color="white")),
+    fig.add_trace(go.Scatter(x=nx_, y=ny_, mode="markers+text", marker=dict(size=10, color=colors, line=dict(width=1, color="white")),
+                             text=[t if l == top else "" for l, t in zip(ny_, nt)], textposition="top center",
+                             textfont=dict(size=10),
                              hovertext=[f"layer {l}: {t}" for l, t in zip(ny_, nt)], hoverinfo="text",
                              name="tokens", showlegend=False))
     labels = [G.nodes[(0, i)]["label"] for i in range(n)]
     fig.update_xaxes(tickvals=list(range(n)), ticktext=labels, tickangle=-60, showgrid=False, zeroline=False,
                      range=[-0.6, n - 0.4])
     fig.update_yaxes(tickvals=list(range(top + 1)), ticktext=["input"] + [f"layer {l}" for l in range(1, top + 1)],
-                     showgrid=False, zeroline=False, range=[-0.4, top + 0.4])
+                     showgrid=False, zeroline=False, range=[-0.4, top + 0.6])
     fig.update_layout(height=110 * top + 220, title=title or None, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=50 if title else 10, b=10), hovermode="closest")
     return fig
