@@ -154,14 +154,14 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
 
     Each panel has its own colour scale from 0 to its maximum (methods have different units); the
     target row's label is marked with an arrow on the y axis. Values are written in the cells when
-    they are wide enough to read (n <= MAX_CELL_TEXT and about 24 px per cell), or cell_text=True.
+    they are wide enough to read (n <= MAX_CELL_TEXT and about 18 px per cell), or cell_text=True.
     """
     k = len(mats)
     n = len(labels)
     value_names = list(value_names or ["value"] * k)
     # about square cells in a ~1000 px wide page: panel width / n, between 14 and 40 px
     cell = min(40.0, max(14.0, (1000.0 / k - 60.0) / max(n, 1)))
-    cell_text = (n <= MAX_CELL_TEXT and cell >= 24) if cell_text is None else cell_text
+    cell_text = (n <= MAX_CELL_TEXT and cell >= 18) if cell_text is None else cell_text
     fig = make_subplots(rows=1, cols=k, shared_yaxes=True, horizontal_spacing=0.02 if k > 1 else 0.0,
                         subplot_titles=list(titles))
     for c, (M, vname) in enumerate(zip(mats, value_names)):
@@ -179,7 +179,7 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
                                       thickness=8, tickfont=dict(size=9)),
                         xgap=1, ygap=1)
         if cell_text:
-            hm.update(texttemplate="%{z:.2f}", textfont=dict(size=8 if n > 14 else 10))
+            hm.update(texttemplate="%{z:.2f}", textfont=dict(size=8 if cell < 26 else 10))
         fig.add_trace(hm, row=1, col=c + 1)
         fig.update_xaxes(tickangle=-60, type="category", tickmode="linear", dtick=1, row=1, col=c + 1,
                          title_text="source (column j)",

@@ -140,7 +140,7 @@ def test_type_a_sentence_and_read_the_heatmaps(server, browser, spec):
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
     page.screenshot(path=str(SHOTS / "01_open.png"))
 
-    text = "the key to the cabinets near the doors [MASK] on the table ."
+    text = "the key to the cabinets [MASK] on the table ."
     box = page.locator("section[data-testid='stSidebar'] textarea").first
     box.fill(text)
     box.press("Control+Enter")
