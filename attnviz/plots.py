@@ -20,6 +20,17 @@ SEQ_COLORS = "Blues"
 HIGHLIGHT = "#d62728"
 MAX_CELL_TEXT = 24  # write the value inside each heatmap cell up to this many tokens
 MAX_GRAPH_TOKENS = 40  # the layered graph is unreadable (and slow) beyond this
+FONT = "Source Sans Pro, Source Sans 3, sans-serif"
+
+
+def _style(fig: go.Figure) -> go.Figure:
+    """A light, self-contained look (the app draws figures with theme=None: faster to re-render):
+    white template, axes that make room for their labels."""
+    fig.update_layout(template="plotly_white", font=dict(family=FONT, size=12), paper_bgcolor="white",
+                      plot_bgcolor="white")
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    return fig
 
 
 # ----------------------------------------------------------------------------------------- labels
@@ -153,7 +164,7 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     """k maps [n, n] with shared token labels [n] -> one figure, k heatmaps side by side.
 
     Each panel has its own colour scale from 0 to its maximum (methods have different units); the
-    target row's label is marked with an arrow on the y axis. Values are written in the cells when
+    target row's label is drawn in bold red on the y axis. Values are written in the cells when
     they are wide enough to read (n <= MAX_CELL_TEXT and about 18 px per cell), or cell_text=True.
     """
     k = len(mats)
@@ -186,15 +197,16 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
                          title_font=dict(size=11), tickfont=dict(size=10))
     fig.update_yaxes(autorange="reversed", type="category", tickmode="linear", dtick=1, tickfont=dict(size=10))
     fig.update_yaxes(title_text="receiving (row i)", title_font=dict(size=11), row=1, col=1)
-    if target is not None and 0 <= target < n:
-        fig.add_annotation(x=0, xref="paper", xanchor="right", xshift=-2, y=labels[target], yref="y",
-                           text="▶", showarrow=False, font=dict(color=HIGHLIGHT, size=12))
+    if target is not None and 0 <= target < n:  # the target row's label in bold red (same text)
+        ticktext = [f'<span style="color:{HIGHLIGHT}"><b>{lab}</b></span>' if i == target else lab
+                    for i, lab in enumerate(labels)]
+        fig.update_yaxes(tickmode="array", tickvals=list(labels), ticktext=ticktext, row=1, col=1)
     # subplot titles above the colour bars
     for ann in fig.layout.annotations[:k]:
         ann.update(yshift=34, font=dict(size=13))
     fig.update_layout(height=height or int(cell * n + 230), margin=dict(l=10, r=10, t=90, b=10),
                       plot_bgcolor="white")
-    return fig
+    return _style(fig)
 
 
 def heatmap(M: np.ndarray, labels: Sequence[str], title: str = "", value_name: str = "value",
@@ -223,7 +235,7 @@ def row_bars(rows: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_layout(height=170 * k + 140, showlegend=False, title=title or None,
                       margin=dict(l=10, r=10, t=60 if title else 30, b=10), plot_bgcolor="white")
-    return fig
+    return _style(fig)
 
 
 def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
@@ -238,7 +250,7 @@ def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
     fig.update_xaxes(range=[0, 1.15], title_text="probability")
     fig.update_layout(height=60 + 30 * max(1, len(labels)), title=title or None,
                       margin=dict(l=10, r=10, t=40 if title else 10, b=10), plot_bgcolor="white")
-    return fig
+    return _style(fig)
 
 
 def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Sequence[str], title: str = "",
@@ -287,7 +299,7 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
     fig.update_layout(height=cell * L + 80, title=title or None, margin=dict(l=10, r=40, t=70 if title else 40, b=10),
                       clickmode="event+select")
     fig.update_annotations(font_size=10)
-    return fig
+    return _style(fig)
 
 
 # ------------------------------------------------------------------------------------ flow graph
@@ -423,4 +435,4 @@ def graph_figure(G, threshold: float = 0.05, title: str = "") -> go.Figure:
                      showgrid=False, zeroline=False, range=[-0.4, top + 0.6])
     fig.update_layout(height=110 * top + 220, title=title or None, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=50 if title else 10, b=10), hovermode="closest")
-    return fig
+    return _style(fig)

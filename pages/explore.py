@@ -25,7 +25,7 @@ with left:
     if a.prediction:
         what = "class" if a.output_kind == "sequence" else "token"
         st.subheader(f"Prediction at {tgt_label}", anchor=False)
-        st.plotly_chart(plots.prediction_bars(a.prediction), key="prediction", config={"displayModeBar": False})
+        st.plotly_chart(plots.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
         st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
     else:
         st.subheader(f"Target: {tgt_label}", anchor=False)
@@ -94,7 +94,7 @@ def maps_panel():
         titles.append(f"{ui.method_label(m)} · layer {l + 1} · {where}")
         units.append(ui.value_name(m))
     fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target)
-    st.plotly_chart(fig, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     for m in shown:
         comp = a.maps[m].meta.get("completeness")
         if comp is not None and len(comp) > l:
@@ -107,7 +107,7 @@ def maps_panel():
                               target=view.target)
         st.subheader(f"What {tl} draws from at layer {l + 1}", anchor=False)
         st.caption("Row of the target position in each map above, one bar per source token.")
-        st.plotly_chart(bars, key="rowbars", config={"displayModeBar": False})
+        st.plotly_chart(bars, theme=None, key="rowbars", config={"displayModeBar": False})
     else:
         bars = None
         st.caption("The target position is hidden, so there is no row to show.")

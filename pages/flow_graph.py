@@ -52,7 +52,7 @@ G = plots.attention_graph(a.maps["attention"].layer, a.tokens, method=ss.graph_m
                           source=None if ss.graph_source == ui.AUTO else ss.graph_source, top=ss.graph_top)
 src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
 fig = plots.graph_figure(G, threshold=ss.graph_threshold)
-st.plotly_chart(fig, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
+st.plotly_chart(fig, theme=None, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
 total = G.graph["total"]
 if ss.graph_method == "rollout":
     st.caption(f"Rollout from {ui.plain(labels[ss.graph_output])} at layer {ss.graph_top} to {ui.plain(src)}: "

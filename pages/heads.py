@@ -46,7 +46,7 @@ def _open(layer: int, head: int) -> None:
     st.session_state._goto_explore = True
 
 
-event = st.plotly_chart(fig, key="head_grid", on_select="rerun", selection_mode="points",
+event = st.plotly_chart(fig, theme=None, key="head_grid", on_select="rerun", selection_mode="points",
                         config={"displayModeBar": False})
 points = event.selection.points if event and event.get("selection") else []
 if points:
