@@ -128,7 +128,8 @@ def wait_for_tokens(page, labels, timeout=120_000):
         """want => { const g = document.querySelector('.st-key-maps .js-plotly-plot');
                      if (!g || !g.querySelector('.heatmaplayer')) return false;
                      const t = [...g.querySelectorAll('.yaxislayer-above .ytick text')].map(e => e.textContent);
-                     return JSON.stringify(t.reverse()) === JSON.stringify(want); }""",
+                     const w = JSON.stringify(want);  // DOM order depends on the tick mode
+                     return JSON.stringify(t) === w || JSON.stringify([...t].reverse()) === w; }""",
         arg=labels, timeout=timeout)
 
 
