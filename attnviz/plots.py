@@ -295,8 +295,8 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
                               row=l + 1, col=c + 1)
     fig.update_xaxes(showticklabels=False, type="category", showgrid=False)
     fig.update_yaxes(showticklabels=False, type="category", autorange="reversed", showgrid=False)
-    cell = 95 if C <= 9 else 75
-    fig.update_layout(height=cell * L + 80, title=title or None, margin=dict(l=10, r=40, t=70 if title else 40, b=10),
+    cell = min(200.0, max(60.0, 1000.0 / C))  # about square cells in a ~1000 px wide page
+    fig.update_layout(height=int(cell * L + 80), title=title or None, margin=dict(l=10, r=40, t=70 if title else 40, b=10),
                       clickmode="event+select")
     fig.update_annotations(font_size=10)
     return _style(fig)
