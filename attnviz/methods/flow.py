@@ -97,6 +97,7 @@ def _bounds(Al: np.ndarray, F_prev: np.ndarray, in_cap: np.ndarray):
 
 
 CERTIFY_TOL = 1e-12
+POOL_MIN_SECONDS = 0.02  # a layer whose remaining max-flow work is smaller runs in this process
 
 
 def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] = None,
@@ -140,7 +141,7 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
             settled += int(ok.sum())
             solved += len(todo)
             if todo:
-                w = workers if estimate_pairs(len(todo), l, n) >= 0.15 else 1
+                w = workers if estimate_pairs(len(todo), l, n) >= POOL_MIN_SECONDS else 1
                 for (i, j), v in zip(todo, _solve(Ares, l, todo, w)):
                     F[l, i, j] = v
         done += l + 1
