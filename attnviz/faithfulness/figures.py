@@ -36,8 +36,8 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
         fig.add_trace(go.Bar(x=labels, y=v, name=name, showlegend=False,
                              marker_color="#d62728" if k < len(imp.values) else "#1f77b4",
                              hovertemplate="%{x}: %{y:.4g}<extra>" + name + "</extra>"), row=k + 1, col=1)
-    fig.update_layout(height=120 * len(panels) + 80, margin=dict(l=40, r=10, t=40, b=40),
-                      title=f"importance for {imp.target.label}")
+    fig.update_layout(height=120 * len(panels) + 100, margin=dict(l=40, r=10, t=70, b=40),
+                      title=dict(text=f"importance for {imp.target.label}", y=0.995, yanchor="top"))
     return fig
 
 
