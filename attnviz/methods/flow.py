@@ -66,10 +66,13 @@ def _pool(workers: int):
 
 
 def default_workers() -> int:
+    """Worker processes for flow: 1 unless ATTNVIZ_FLOW_WORKERS says more.
+
+    The bounds leave few max-flow calls, so one process is fast; a pool (forkserver) re-imports
+    the caller's __main__ in its workers, which surprises scripts without a main guard, so it is
+    opt-in (ATTNVIZ_FLOW_WORKERS=2, or workers=2)."""
     env = os.environ.get("ATTNVIZ_FLOW_WORKERS")
-    if env:
-        return max(1, int(env))
-    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    return max(1, int(env)) if env and env.strip().isdigit() else 1
 
 
 def _bounds(Al: np.ndarray, F_prev: np.ndarray, in_cap: np.ndarray):
