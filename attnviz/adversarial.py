@@ -52,6 +52,7 @@ JW_LR = 0.01
 JW_K = 5
 JW_PENALTY = 500.0
 JW_INIT_NOISE = 3.0
+INIT_FLOOR = 1e-4  # restart 0: log(max(α, floor)) + 1e-3·N(0, 1)
 # a Frontier keeps every point's α' up to this many values (else only the envelope's and optima's)
 ALPHA_KEEP = 4_000_000
 
@@ -658,7 +659,8 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     """(model, text, site) -> Frontier of (JSD, TVD) for α' = softmax(θ) minimising
     TVD(ŷ', ŷ) - λ·JSD(α', α), all λ × restarts in one batch [K·restarts, R, n].
 
-    Restart 0 starts at the original attention (log α + 1e-3 noise, so the JSD gradient is not 0);
+    Restart 0 starts at the original attention (log max(α, 1e-4) + 1e-3 noise, so the JSD gradient
+    is not 0 and one-hot rows can move);
     the others at log(uniform) + init_noise·N(0, 1). Every `record_every` steps (default steps // 20)
     and at the end every batch member's (JSD, TVD, α', top-k) is recorded; the original is point 0."""
     t_all = time.perf_counter()
@@ -673,7 +675,9 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     R, m = pb.alpha0.shape[0], int(pb.allowed.sum())
     B = K * Rs
     gen = torch.Generator().manual_seed(seed)
-    log_a0 = torch.log(pb.alpha0[:, pb.allowed].clamp_min(1e-30)).to(dtype)
+    # restart 0 starts at the original, with its weights floored at 1e-4: a one-hot row has exact
+    # zeros (or 1e-30s) whose logits would get gradients too small for any optimiser to move them
+    log_a0 = torch.log(pb.alpha0[:, pb.allowed].clamp_min(INIT_FLOOR)).to(dtype)
     theta0 = torch.empty(Rs, K, R, m, dtype=dtype)
     theta0[0] = log_a0 + 1e-3 * torch.randn(K, R, m, generator=gen, dtype=dtype)
     if Rs > 1:

@@ -316,6 +316,21 @@ def test_lambda_zero_stays_at_the_original_and_large_lambda_moves(copy_frontier)
     assert np.median(fr.perm_tvd) > 0.05
 
 
+def test_a_one_hot_row_can_move(tokenizer):
+    """Regression: when the original row is one-hot (exact zeros elsewhere), the run that starts at
+    the original must still move (tiny logits get no usable gradient unless floored)."""
+    lm = copy_model(tokenizer)
+    with torch.no_grad():  # sharpen the copy model's attention until its rows are one-hot
+        lm.model.bert.encoder.layer[0].attention.self.query.weight.mul_(2000.0)
+    pb = A.prepare(lm, SENTENCE, A.Site("head", 0, 0))
+    a0 = pb.alpha0.numpy()[0]
+    assert a0.max() > 0.99 and (a0 == 0).sum() >= len(a0) - 3
+    fr = A.frontier(lm, SENTENCE, A.Site("head", 0, 0), lambdas=[0.0, 1.0, 10.0], steps=80, restarts=1,
+                    permutations=5)
+    moved = (fr.restart == 0) & (fr.step == fr.steps) & (fr.lam == 10.0)
+    assert fr.jsd[moved][0] > 0.3
+
+
 def test_lower_envelope_and_best_per_lambda_brute_force():
     rng = np.random.default_rng(5)
     j, t = rng.random(60), rng.random(60)
