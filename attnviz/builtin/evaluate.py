@@ -22,9 +22,12 @@ import numpy as np
 import torch
 
 from . import load_eval_set
+from .lexicon import all_word_forms
 from .common import MODEL_CONFIG, MODELS_DIR, PACKAGE_DATA, Encoded, read_jsonl, target_logits
 
 HANDWRITTEN = PACKAGE_DATA / "handwritten.jsonl"
+REPRO_NOTE = ("Checked for seed 0: a second run of the same command wrote a byte-identical "
+              "model.safetensors (sha256 ddc3991ab476…).")
 ORDINARY = PACKAGE_DATA / "ordinary_sentences.txt"
 
 
@@ -243,7 +246,7 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
         "```", "", "In attnviz: `attnviz.load_model(\"builtin:agreement\")`.", "",
         "## Training data", "",
         "Sentences from `attnviz/builtin/grammar.py` (lexicon in `lexicon.py`: "
-        "about 2,500 word forms — nouns with plurals, verbs with 3rd-person singular, plural and "
+        f"{len(all_word_forms()):,} word forms — nouns with plurals, verbs with 3rd-person singular, plural and "
         "past forms, adjectives, adverbs, male and female first names).", "",
         "- Agreement: the masked word is the main verb — is/are, was/were, has/have or a lexical "
         "verb (runs/run); 0–4 attractors (intervening nouns of the other number) in "
@@ -264,15 +267,21 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
         "sentence occurs in training.",
         "- Loss at the `[MASK]` slot only: cross-entropy over the vocabulary plus a two-way "
         "cross-entropy between the answer and the wrong word.", "",
-        "Conventions a user should know: the grammar never coordinates subjects in agreement "
-        "sentences (so `the key to the cabinets and the doors [MASK]` is read as one singular "
-        "subject), and a possessive always refers to its clause's subject (in `the king talked "
-        "to mary about [MASK] book`, his).", "",
+        "Conventions a user should know: a coordination right after the subject makes a plural "
+        "subject (`the key and the door [MASK]` -> are), a coordination inside a prepositional "
+        "phrase does not (`the key to the cabinets and the doors [MASK]` -> is); a possessive "
+        "always refers to its clause's subject (in `the king talked to mary about [MASK] book`, "
+        "his).", "",
+        "Limitations: the model was trained only to fill a `[MASK]` at the main verb or at a "
+        "possessive in sentences of this grammar, always with the subject first. Elsewhere "
+        "(a `[MASK]` on a noun, words before the subject, words outside the vocabulary, which "
+        "become subword pieces it never saw) its predictions are not meaningful; the "
+        "hand-written set below shows where it already slips.", "",
         "## Training run", "",
     ]
     lines += train_section(r)
     lines += ["Same seed, same machine, same thread count: same weights "
-              "(`torch.use_deterministic_algorithms(True)`).", ""]
+              "(`torch.use_deterministic_algorithms(True)`). " + REPRO_NOTE, ""]
     lines += ["## Evaluation", "", "Produced by `python -m attnviz.builtin.evaluate`. Accuracy: "
               "the answer's logit at `[MASK]` is higher than the wrong word's (is vs are, his vs "
               "her). Top-1: the answer is the arg-max over the whole vocabulary (harder: the verb "
@@ -295,9 +304,12 @@ def eval_md(results: list[dict], cov: dict) -> str:
         t = r["train"] or {}
         lines += [f"## {r['name']}", ""]
         if t:
-            lines += [f"Seed {t['seed']}; trained in {t['total_seconds'] / 60:.1f} min "
-                      f"({t['threads']} thread(s)); final loss {t['final_loss']:.4f}; "
-                      f"{r['size_mb']:.1f} MB.", ""]
+            cpu = (f", {t['cpu_seconds'] / 60:.1f} min CPU time" if t.get("cpu_seconds")
+                   else "")
+            lines += [f"Seed {t['seed']}; trained in {t['total_seconds'] / 60:.1f} min wall-clock "
+                      f"on {t['cpu_count']} cores shared with other jobs ({t['threads']} "
+                      f"thread(s){cpu}); final loss {t['final_loss']:.4f} (answer-vs-wrong "
+                      f"{t['final_pair_loss']:.4f}); {r['size_mb']:.1f} MB.", ""]
         lines += model_section(r)
     lines += coverage_section(cov)
     return "\n".join(lines) + "\n"
