@@ -79,6 +79,12 @@ def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override:
         probs = attn_override(probs) if callable(attn_override) else attn_override.to(probs.dtype).expand(B, -1, -1, -1)
     ctx = (probs @ v_full).transpose(1, 2).reshape(B, n, H * dh)
     attn_out = _linear(ctx, w.wo, w.bo)
+    return dict(x=x, h=h, q=q, k=k, v=v, probs=probs, attn_out=attn_out, **after_attention(w, x, attn_out))
+
+
+def after_attention(w: LayerWeights, x: torch.Tensor, attn_out: torch.Tensor) -> dict:
+    """The rest of the layer from the attention output: x, attn_out [B, n, d] -> dict with resid,
+    mid, ffn_in, ffn_pre [B, n, I], ffn_gate_pre, ffn_hidden, ffn_out, resid2 and out [B, n, d]."""
     resid = x + attn_out
     if w.placement == "post":
         mid = apply_norm(resid, w.norm1)
@@ -97,9 +103,8 @@ def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override:
     ffn_out = _linear(hidden, w.w2, w.b2)
     resid2 = mid + ffn_out
     out = apply_norm(resid2, w.norm2) if w.placement == "post" else resid2
-    return dict(x=x, h=h, q=q, k=k, v=v, probs=probs, attn_out=attn_out, resid=resid, mid=mid,
-                ffn_in=ffn_in, ffn_pre=pre, ffn_gate_pre=gate_pre, ffn_hidden=hidden, ffn_out=ffn_out,
-                resid2=resid2, out=out)
+    return dict(resid=resid, mid=mid, ffn_in=ffn_in, ffn_pre=pre, ffn_gate_pre=gate_pre, ffn_hidden=hidden,
+                ffn_out=ffn_out, resid2=resid2, out=out)
 
 
 def rope_for(arch: Architecture, x: torch.Tensor):
