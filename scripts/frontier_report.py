@@ -58,9 +58,11 @@ def figure(results, title, log_y=False):
 
     L = len(results)
     cols = 3 if L > 4 else L
+    cols = 4 if L in (7, 8) else cols
     rows = math.ceil(L / cols)
     fig = make_subplots(rows=rows, cols=cols, shared_xaxes=True, shared_yaxes=True,
-                        subplot_titles=[f"layer {r['layer']} (all heads)" for r in results],
+                        subplot_titles=[f"layer {r['layer']} (all heads)" if r["layer"] != "all" else "all layers, all heads"
+                                        for r in results],
                         horizontal_spacing=0.04, vertical_spacing=0.12)
     for k, r in enumerate(results):
         s = r["summary"]
@@ -81,7 +83,8 @@ def figure(results, title, log_y=False):
             fig.add_trace(go.Scatter(x=s["jw_jsd"], y=s["jw_tvd"], mode="markers",
                                      marker=dict(color="#9467bd", symbol="star", size=9), name="Jain & Wallace",
                                      showlegend=show), row=rr, col=cc)
-    fig.update_xaxes(range=[0, math.log(2)], title_text="JSD(α′, α)", row=rows)
+    fig.update_xaxes(range=[0, math.log(2) + 0.01])
+    fig.update_xaxes(title_text="JSD(α′, α)", row=rows)
     if log_y:
         fig.update_yaxes(type="log", range=[-5, 0])
         fig.update_yaxes(title_text="TVD(ŷ′, ŷ) (log)", col=1)
@@ -102,6 +105,7 @@ def main(argv=None):
     ap.add_argument("--restarts", type=int, default=3)
     ap.add_argument("--jw-steps", type=int, default=500)
     ap.add_argument("--heads", action="store_true", help="also every single head (restarts 1)")
+    ap.add_argument("--all", action="store_true", help="also the site 'all heads of all layers'")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -116,15 +120,15 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
     results = []
-    for l in range(L):
-        site = A.Site("layer", l)
+    sites = [A.Site("layer", l) for l in range(L)] + ([A.Site("all")] if args.all else [])
+    for site in sites:
         fr = A.frontier(lm, enc, site, steps=args.steps, restarts=args.restarts)
         jw = A.jain_wallace(lm, enc, site, steps=args.jw_steps) if args.jw_steps else None
         fr.seeds = A.seed_baseline(lm, others, enc, site) if others else []
         s = summarise(fr, jw)
-        results.append(dict(layer=l + 1, summary=s, perm_jsd=[float(v) for v in fr.perm_jsd],
+        results.append(dict(layer="all" if site.kind == "all" else site.layer + 1, summary=s, perm_jsd=[float(v) for v in fr.perm_jsd],
                             perm_tvd=[float(v) for v in fr.perm_tvd], caption=fr.caption(0.01)))
-        print(f"layer {l + 1}: {fr.caption(0.01)}  ({s['seconds']:.1f} s)", flush=True)
+        print(f"{site.label()}: {fr.caption(0.01)}  ({s['seconds']:.1f} s)", flush=True)
     heads = []
     if args.heads:
         for l in range(L):
@@ -139,7 +143,7 @@ def main(argv=None):
     pred = ", ".join(f"{lm.tokenizer.convert_ids_to_tokens(int(i))} {y0[i]:.3f}" for i in top)
     cmd = ("python scripts/frontier_report.py --model " + args.model + (f" --text \"{args.text}\"" if args.text != PRESET else "")
            + (f" --steps {args.steps}" if args.steps != 200 else "") + (f" --restarts {args.restarts}" if args.restarts != 3 else "")
-           + (f" --jw-steps {args.jw_steps}" if args.jw_steps != 500 else "") + (" --heads" if args.heads else ""))
+           + (f" --jw-steps {args.jw_steps}" if args.jw_steps != 500 else "") + (" --heads" if args.heads else "") + (" --all" if args.all else ""))
     lines = [f"Model `{args.model}`, sentence `{enc.text}` ({len(enc.tokens)} tokens, target `{enc.tokens[enc.target]}` "
              f"at position {enc.target}); prediction: {pred}.",
              f"Site: the target row of every head of the layer (JSD = mean over the {H} rows). Frontier: 16 λ × "
