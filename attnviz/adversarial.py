@@ -36,7 +36,7 @@ import torch
 
 from .errors import AttnvizError, InputError
 from .models.families import Norm
-from .models.forward import _linear, _rotate_half, apply_norm, layer_forward, rope_for, run_layers
+from .models.forward import _linear, _rotate_half, after_attention, apply_norm, layer_forward, rope_for, run_layers
 from .trace import DEFAULT_MAX_TOKENS, Encoded, Trace, encode, trace as _trace
 
 LN2 = math.log(2.0)
@@ -309,7 +309,8 @@ def layer_rows(w, x: torch.Tensor, rows: Sequence[int], rope=None, row_override=
     """x [B, n, d] -> the layer's output [B', r, d] at the query positions `rows` only (B' = the
     batch of the override when it is larger). The same arithmetic as models/forward.layer_forward
     restricted to some query rows: keys and values come from every position (or `kv`, precomputed
-    by layer_kv), the residual, norms and FFN are position-wise. row_override: (heads, i, alpha
+    by layer_kv); the rest of the layer is position-wise and is forward.after_attention itself
+    (xr broadcasts against the batch of the override). row_override: (heads, i, alpha
     [B', len(heads), n]) replaces probs[:, heads, i, :] (i indexes `rows`)."""
     B, n, d = x.shape
     rows = list(rows)
@@ -334,18 +335,7 @@ def layer_rows(w, x: torch.Tensor, rows: Sequence[int], rope=None, row_override=
     Bo = probs.shape[0]
     ctx = (probs @ v).transpose(1, 2).reshape(Bo, len(rows), H * dh)
     attn_out = _linear(ctx, w.wo, w.bo)
-    resid = xr + attn_out
-    if w.placement == "post":
-        mid = apply_norm(resid, w.norm1)
-        ffn_in = mid
-    else:
-        mid = resid
-        ffn_in = apply_norm(resid, w.norm2)
-    act = w.activation()
-    pre = _linear(ffn_in, w.w1, w.b1)
-    hidden = act(ffn_in @ w.w_gate) * pre if w.w_gate is not None else act(pre)
-    resid2 = mid + _linear(hidden, w.w2, w.b2)
-    return apply_norm(resid2, w.norm2) if w.placement == "post" else resid2
+    return after_attention(w, xr, attn_out)["out"]
 
 
 def _head_dtype(lm) -> torch.dtype:
