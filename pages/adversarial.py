@@ -158,9 +158,10 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
                              hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>uniform</extra>"))
     if fr.seeds:
         fig.add_trace(go.Scatter(x=[s.jsd for s in fr.seeds], y=[s.tvd for s in fr.seeds], mode="markers+text",
-                                 name="other seeds (same sentence)", text=[s.spec.split(":")[-1] for s in fr.seeds],
+                                 name="other seeds (same sentence)", text=[s.spec.split(":")[-1].split("-")[-1] for s in fr.seeds],
                                  textposition="top center", marker=dict(color=COL["seed"], symbol="triangle-up", size=12),
-                                 hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>%{text}</extra>"))
+                                 customdata=[s.spec for s in fr.seeds],
+                                 hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>%{customdata}</extra>"))
     if jw is not None:
         fig.add_trace(go.Scatter(x=jw.jsd, y=jw.tvd, mode="markers", name="Jain & Wallace adversaries",
                                  marker=dict(color=COL["jw"], symbol="star", size=11,
