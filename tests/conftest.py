@@ -76,3 +76,33 @@ def minilm():
     import attnviz
 
     return attnviz.load_model("pkg:minilm")
+
+
+@pytest.fixture(scope="session")
+def app_spec(tmp_path_factory, tokenizer):
+    """builtin:agreement if present, else a tiny random BERT MLM saved to a folder (app tests)."""
+    from attnviz.models.load import builtin_names
+
+    if "agreement" in builtin_names():
+        return "builtin:agreement"
+    import transformers as T
+
+    cfg = T.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
+                       num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_mlm")
+    T.BertForMaskedLM(cfg).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def plotly_array(v):
+    """A plotly JSON array: a list, or {"dtype", "bdata" (base64), "shape"} for numpy data."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        return a.reshape([int(k) for k in str(v["shape"]).split(",")]) if "shape" in v else a
+    return np.asarray(v)

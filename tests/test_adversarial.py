@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from scipy.spatial.distance import jensenshannon
 
+from conftest import plotly_array
 from attnviz import adversarial as A
 from attnviz.errors import AttnvizError, InputError
 
@@ -460,14 +461,7 @@ def test_caption_says_what_the_plot_says(copy_frontier):
 # ------------------------------------------------------------------ the app page
 
 
-def _arr(v):
-    """A plotly JSON array: a list, or {"dtype", "bdata" (base64), "shape"} for numpy data."""
-    import base64
-
-    if isinstance(v, dict) and "bdata" in v:
-        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
-        return a.reshape([int(k) for k in str(v["shape"]).split(",")]) if "shape" in v else a
-    return np.asarray(v)
+_arr = plotly_array
 
 
 def _charts(at):

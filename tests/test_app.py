@@ -5,17 +5,14 @@ temporary folder (loaded through the app's "local folder" path)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import attnviz
 from attnviz import METHODS
-from attnviz.models.load import builtin_names
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -26,21 +23,6 @@ if str(ROOT) not in sys.path:
 SENT = "the keys to the cabinet [MASK] on the table ."
 
 
-@pytest.fixture(scope="session")
-def app_spec(tmp_path_factory, tokenizer):
-    """builtin:agreement if present, else a tiny random BERT MLM in a folder."""
-    if "agreement" in builtin_names():
-        return "builtin:agreement"
-    import transformers as T
-
-    cfg = T.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
-                       num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
-    torch.manual_seed(0)
-    model = T.BertForMaskedLM(cfg)
-    folder = tmp_path_factory.mktemp("tiny_mlm")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope="session")

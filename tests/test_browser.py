@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import attnviz
-from attnviz.models.load import builtin_names
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -34,21 +33,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory, tokenizer):
-    """builtin:agreement if present, else a tiny random BERT MLM saved to a folder."""
-    if "agreement" in builtin_names():
-        return "builtin:agreement"
-    import torch
-    import transformers as T
 
-    cfg = T.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
-                       num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny_mlm_browser")
-    T.BertForMaskedLM(cfg).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+
+@pytest.fixture(scope="module")
+def spec(app_spec):
+    return app_spec
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 and the Context mixing page (AppTest: the figures carry the library's numbers)."""
 from __future__ import annotations
 
-import base64
 import json
 import math
 import os
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import plotly_array
 from attnviz import context
 from attnviz.methods import METHODS, atb_ff, mixing
 from attnviz.trace import trace
@@ -120,12 +120,7 @@ def test_sentence_mixing_causal(make_tiny):
 
 
 # ------------------------------------------------------------------------------ the page
-def _arr(v):
-    """A plotly JSON array: a list, or {"dtype", "bdata" (base64), "shape"} for numpy data."""
-    if isinstance(v, dict) and "bdata" in v:
-        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
-        return a.reshape([int(k) for k in str(v["shape"]).split(",")]) if "shape" in v else a
-    return np.asarray(v)
+_arr = plotly_array
 
 
 def _charts(at):
