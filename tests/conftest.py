@@ -104,5 +104,24 @@ def plotly_array(v):
 
     if isinstance(v, dict) and "bdata" in v:
         a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
-        return a.reshape([int(k) for k in str(v["shape"]).split(",")]) if "shape" in v else a
+        shape = v.get("shape")
+        if isinstance(shape, str):
+            shape = [int(k) for k in shape.split(",")]
+        return a.reshape(shape) if shape else a
     return np.asarray(v)
+
+
+def open_app_page(page: str, model: str, text: str):
+    """AppTest of app.py on `model` and `text`, switched to pages/PAGE.py and run."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at.query_params["model"] = model
+    at.query_params["text"] = text
+    at.run()
+    at.switch_page(f"pages/{page}.py")
+    at.run()
+    return at

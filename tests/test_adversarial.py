@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from scipy.spatial.distance import jensenshannon
 
-from conftest import plotly_array
+from conftest import open_app_page, plotly_array
 from attnviz import adversarial as A
 from attnviz.errors import AttnvizError, InputError
 
@@ -477,25 +477,13 @@ def _trace(chart, prefix):
 def test_adversarial_page(tokenizer):
     """The page on builtin:agreement: compute a small frontier, then check the figures against the
     model's own attention and outputs and a hand-written forward with α′ in place; move the sliders."""
-    import os
-    from pathlib import Path
-
     import attnviz
     from attnviz.models.load import builtin_names
     from attnviz.plots import clean_token
 
     if "agreement" not in builtin_names():
         pytest.skip("builtin:agreement is not installed")
-    from streamlit.testing.v1 import AppTest
-
-    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
-    root = Path(__file__).resolve().parents[1]
-    at = AppTest.from_file(str(root / "app.py"), default_timeout=120)
-    at.query_params["model"] = "builtin:agreement"
-    at.query_params["text"] = SENTENCE
-    at.run()
-    at.switch_page("pages/adversarial.py")
-    at.run()
+    at = open_app_page("adversarial", "builtin:agreement", SENTENCE)
     assert not at.exception, [e.value for e in at.exception]
     assert not _charts(at)  # nothing is computed before the button
     at.number_input(key="adv_steps").set_value(40)
@@ -587,18 +575,7 @@ def test_adversarial_page(tokenizer):
 
 def test_adversarial_page_plain_encoder_says_why(minilm):
     """MiniLM has no output head: the page says so in one line instead of a traceback."""
-    import os
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
-    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
-    at.query_params["model"] = "pkg:minilm"
-    at.query_params["text"] = SENTENCE
-    at.run()
-    at.switch_page("pages/adversarial.py")
-    at.run()
+    at = open_app_page("adversarial", "pkg:minilm", SENTENCE)
     assert not at.exception, [e.value for e in at.exception]
     errs = [e.value for e in at.error]
     assert len(errs) == 1 and "no output head" in errs[0] and "TVD" in errs[0]

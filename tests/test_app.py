@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import plotly_array
 import attnviz
 from attnviz import METHODS
 
@@ -52,16 +53,7 @@ def chart(at, key):
     raise AssertionError(f"no chart {key!r}; charts: {[c.proto.id for c in at.get('plotly_chart')]}")
 
 
-def arr(x):
-    """A plotly JSON array -> numpy (plotly writes numpy arrays as base64 typed arrays)."""
-    if isinstance(x, dict) and "bdata" in x:
-        import base64
-        a = np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
-        shape = x.get("shape")
-        if isinstance(shape, str):
-            shape = [int(v) for v in shape.split(",")]
-        return a.reshape(shape) if shape else a
-    return np.array(x)
+arr = plotly_array
 
 
 def no_exception(at):

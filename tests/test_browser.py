@@ -15,6 +15,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from conftest import plotly_array
 import attnviz
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,15 +84,8 @@ def browser():
 
 
 def arr(x):
-    """Plotly data as the browser holds it -> numpy: plain lists, or {dtype, bdata (base64), shape}."""
-    if isinstance(x, dict) and "bdata" in x:
-        import base64
-        a = np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
-        shape = x.get("shape")
-        if isinstance(shape, str):
-            shape = [int(v) for v in shape.split(",")]
-        return a.reshape(shape) if shape else a
-    return np.array(x, dtype=float)
+    """Plotly data as the browser holds it -> float numpy array."""
+    return plotly_array(x).astype(float)
 
 
 def chart_js(page, key: str, expr: str):

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import plotly_array
+from conftest import open_app_page, plotly_array
 from attnviz import context
 from attnviz.methods import METHODS, atb_ff, mixing
 from attnviz.trace import trace
@@ -132,15 +131,7 @@ def _charts(at):
 
 
 def test_context_mixing_page(minilm):
-    from streamlit.testing.v1 import AppTest
-
-    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["model"] = "pkg:minilm"
-    at.query_params["text"] = SENTENCE
-    at.run()
-    at.switch_page("pages/context_mixing.py")
-    at.run()
+    at = open_app_page("context_mixing", "pkg:minilm", SENTENCE)
     assert not at.exception, [e.value for e in at.exception]
     charts = _charts(at)
     # reference: the library on an independent trace of the same text
