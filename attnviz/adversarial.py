@@ -33,6 +33,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .errors import AttnvizError, InputError
 from .models.families import Norm
@@ -164,7 +165,9 @@ class Problem:
     rope: Optional[tuple] = None  # (cos, sin) [1, n, dh] for rotary models
     kv_start: Optional[tuple] = None  # unmodified (keys, values) [1, H, n, dh] of the first intervened layer
     out_start: Optional[torch.Tensor] = None  # [1, n, d] unmodified output of the first intervened layer
-    fast: bool = True  # outputs(): the row-restricted path (same numbers as run_layers, less work)
+    fast: bool = True  # outputs(): the row-restricted fused path (run_layers' numbers up to float rounding, less work)
+    _fused: Optional[list] = None  # [_Fused] per layer, made on first use
+    _qkv_next: Optional[torch.Tensor] = None  # unmodified q/k/v products of the layer after the site
 
     @property
     def n(self) -> int:
@@ -211,11 +214,12 @@ class Problem:
         (float64). Differentiable in alpha.
 
         fast=False: run_layers(arch, x expanded to [B, n, d], start, overrides) — every position of
-        every layer from the site's first layer. fast=True: the same numbers with less work: the
-        first intervened layer changes only the target row (its keys and values are the unmodified
-        ones, computed once), so only that row is computed there and spliced into the layer's
-        unmodified output; for position-wise output heads the last layer is computed for the
-        target row only. Layers in between run layer_forward on the whole batch."""
+        every layer from the site's first layer. fast=True: the same numbers (up to float rounding:
+        fused kernels, _Fused) with less work: the first intervened layer changes only the target
+        row (its keys and values are the unmodified ones, computed once), so only that row is
+        computed there and spliced into the layer's unmodified output; the next layer reuses the
+        other rows' queries, keys and values; for position-wise output heads the last layer is
+        computed for the target row only. Layers in between run on the whole batch."""
         if alpha is None or not fast:
             B = 1 if alpha is None else alpha.shape[0]
             x = self.x.expand(B, -1, -1)
@@ -225,36 +229,43 @@ class Problem:
             return _output_probs(self.lm, final, self.target, self.output_kind)
         return self._outputs_fast(alpha)
 
+    def fused(self) -> list:
+        """The layers' weights rearranged for fused kernels (_Fused), made once per Problem."""
+        if self._fused is None:
+            self._fused = [_Fused(w) for w in self.lm.layers(self.dtype)]
+        return self._fused
+
     def _outputs_fast(self, alpha: torch.Tensor) -> torch.Tensor:
-        arch, layers = self.lm.arch, self.lm.layers(self.dtype)
-        L, s, t = len(layers), self.site.start(), self.target
-        B = alpha.shape[0]
+        """The row-restricted forward (see outputs) on fused kernels: _Fused layers run the same
+        arithmetic as models/forward.layer_forward with fewer, larger operations (one q/k/v
+        product, F.layer_norm, scaled_dot_product_attention); the site's rows are written into
+        the attention context of the target row (α'·V), which is what replacing the probabilities
+        does. The first full layer after the site reuses the unmodified queries, keys and values of
+        every row but the target (only the target row of its input differs)."""
+        fz = self.fused()
+        L, s, t = len(fz), self.site.start(), self.target
         groups = self._by_layer(alpha)
-        full_ov = self.overrides(alpha)
         rope = self.rope
-        row_only_last = self.output_kind == "token"
-
-        def row_ov(l):
-            if l not in groups:
-                return None
-            heads, a = groups[l]
-            return heads, 0, a
-
-        row = layer_rows(layers[s], self.x, [t], rope=rope, row_override=row_ov(s), kv=self.kv_start)
-        if s == L - 1 and row_only_last:
+        token = self.output_kind == "token"
+        row = fz[s].rows(self.x, t, rope, groups.get(s), kv=self.kv_start)  # [B, 1, d]
+        if s == L - 1 and token:
             return self._head_on_row(row)
-        if row.shape[0] != B:
-            row = row.expand(B, -1, -1)
+        B = row.shape[0]
         is_t = torch.zeros(1, self.n, 1, dtype=torch.bool)
         is_t[0, t, 0] = True
         x = torch.where(is_t, row, self.out_start)  # [B, n, d]: the unmodified output with row t replaced
-        last = L - 1 if row_only_last else L
+        last = L - 1 if token else L
         for li in range(s + 1, last):
-            x = layer_forward(layers[li], x, rope=rope, attn_override=full_ov.get(li))["out"]
-        if row_only_last:
-            row = layer_rows(layers[L - 1], x, [t], rope=rope, row_override=row_ov(L - 1))
-            return self._head_on_row(row)
-        return _output_probs(self.lm, _final_norm(arch, x), t, self.output_kind)
+            qkv = None
+            if li == s + 1:  # only row t of the input differs from the unmodified run
+                if self._qkv_next is None:
+                    with torch.no_grad():
+                        self._qkv_next = fz[li].qkv(self.out_start)
+                qkv = torch.where(is_t, fz[li].qkv(row), self._qkv_next)
+            x = fz[li].full(x, t, rope, groups.get(li), qkv=qkv)
+        if token:
+            return self._head_on_row(fz[L - 1].rows(x, t, rope, groups.get(L - 1)))
+        return _output_probs(self.lm, _final_norm(self.lm.arch, x), t, self.output_kind)
 
     def _head_on_row(self, row: torch.Tensor) -> torch.Tensor:
         """row [B, 1, d] (last layer output at the target) -> output distribution [B, C]."""
@@ -336,6 +347,121 @@ def layer_rows(w, x: torch.Tensor, rows: Sequence[int], rope=None, row_override=
     ctx = (probs @ v).transpose(1, 2).reshape(Bo, len(rows), H * dh)
     attn_out = _linear(ctx, w.wo, w.bo)
     return after_attention(w, xr, attn_out)["out"]
+
+
+def _norm_fused(x: torch.Tensor, nrm: Norm) -> torch.Tensor:
+    """apply_norm with torch's fused LayerNorm / RMSNorm kernels (the same formula)."""
+    d = (x.shape[-1],)
+    if nrm.kind == "layernorm":
+        return F.layer_norm(x, d, nrm.weight, nrm.bias, nrm.eps)
+    y = F.rms_norm(x, d, nrm.weight, nrm.eps)
+    return y if nrm.bias is None else y + nrm.bias
+
+
+def _t(w: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if w is None else w.t().contiguous()
+
+
+class _Fused:
+    """One layer (LayerWeights) in F.linear's [out, in] layout with q, k and v stacked in one
+    matrix: the arithmetic of models/forward.layer_forward in fewer, larger operations, for the
+    optimisation loop of the frontier (hundreds of batched forward and backward passes). Checked
+    against run_layers in tests (fast=True vs fast=False)."""
+
+    def __init__(self, w):
+        self.w = w
+        self.H, self.Hkv, self.dh = w.n_heads, w.n_kv_heads, w.head_dim
+        self.Dq, self.Dkv = self.H * self.dh, self.Hkv * self.dh
+        self.wqkv = torch.cat([w.wq, w.wk, w.wv], 1).t().contiguous()  # [Dq + 2 Dkv, d]
+        bs = (w.bq, w.bk, w.bv)
+        if all(b is None for b in bs):
+            self.bqkv = None
+        else:
+            sizes = (self.Dq, self.Dkv, self.Dkv)
+            self.bqkv = torch.cat([b if b is not None else w.wq.new_zeros(m) for b, m in zip(bs, sizes)])
+        self.wo, self.w1, self.w2, self.wg = _t(w.wo), _t(w.w1), _t(w.w2), _t(w.w_gate)
+        self.wq = self.wqkv[:self.Dq]
+        self.bq = None if self.bqkv is None else self.bqkv[:self.Dq]
+        self.act = w.activation()
+
+    def qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, r, d] (layer input rows) -> stacked q/k/v products [B, r, Dq + 2 Dkv]."""
+        h = _norm_fused(x, self.w.norm1) if self.w.placement == "pre" else x
+        return F.linear(h, self.wqkv, self.bqkv)
+
+    def _split(self, qkv: torch.Tensor, rope, rows=None):
+        """-> q [B, H, r, dh], k, v [B, H, n, dh] (rotary applied, key/value heads repeated)."""
+        B, n, _ = qkv.shape
+        q = qkv[..., :self.Dq]
+        if rows is not None:
+            q = q[:, rows]
+        q = q.reshape(B, q.shape[1], self.H, self.dh).transpose(1, 2)
+        k = qkv[..., self.Dq:self.Dq + self.Dkv].reshape(B, n, self.Hkv, self.dh).transpose(1, 2)
+        v = qkv[..., self.Dq + self.Dkv:].reshape(B, n, self.Hkv, self.dh).transpose(1, 2)
+        if self.w.rotary:
+            cos, sin = rope
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            k = k * cos + _rotate_half(k) * sin
+            if rows is not None:
+                cos, sin = cos[:, :, rows], sin[:, :, rows]
+            q = q * cos + _rotate_half(q) * sin
+        rep = self.H // self.Hkv
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return q, k, v
+
+    def _after(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """forward.after_attention's output with fused kernels."""
+        w = self.w
+        resid = x + attn_out
+        if w.placement == "post":
+            mid = ffn_in = _norm_fused(resid, w.norm1)
+        else:
+            mid, ffn_in = resid, _norm_fused(resid, w.norm2)
+        pre = F.linear(ffn_in, self.w1, w.b1)
+        hidden = self.act(F.linear(ffn_in, self.wg)) * pre if self.wg is not None else self.act(pre)
+        out = mid + F.linear(hidden, self.w2, w.b2)
+        return _norm_fused(out, w.norm2) if w.placement == "post" else out
+
+    def full(self, x: torch.Tensor, t: int, rope=None, override=None, qkv=None) -> torch.Tensor:
+        """x [B, n, d] -> layer output [B, n, d]; override (heads, α [B, h, n]) replaces those heads'
+        attention at row t (their context there becomes α·V); qkv: precomputed self.qkv(x)."""
+        B, n, _ = x.shape
+        q, k, v = self._split(self.qkv(x) if qkv is None else qkv, rope)
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=self.w.causal, scale=self.w.scale)
+        if override is not None:
+            heads, a = override
+            ctx = ctx.clone()
+            ctx[:, heads, t] = torch.einsum("bhn,bhnd->bhd", a.to(ctx.dtype), v[:, heads])
+        ctx = ctx.transpose(1, 2).reshape(B, n, self.Dq)
+        return self._after(x, F.linear(ctx, self.wo, self.w.bo))
+
+    def rows(self, x: torch.Tensor, t: int, rope=None, override=None, kv=None) -> torch.Tensor:
+        """x [B, n, d] -> layer output [B', 1, d] at row t only (B' = the override's batch when
+        larger); keys and values from every row, or kv = (k, v) [B, H, n, dh] precomputed."""
+        B, n, _ = x.shape
+        xr = x[:, t:t + 1]
+        if kv is None:
+            q, k, v = self._split(self.qkv(x), rope, rows=[t])
+        else:
+            k, v = kv
+            h = _norm_fused(xr, self.w.norm1) if self.w.placement == "pre" else xr
+            q = F.linear(h, self.wq, self.bq).reshape(B, 1, self.H, self.dh).transpose(1, 2)
+            if self.w.rotary:
+                cos, sin = rope
+                cos, sin = cos[:, t:t + 1].unsqueeze(1), sin[:, t:t + 1].unsqueeze(1)
+                q = q * cos + _rotate_half(q) * sin
+        scores = (q @ k.transpose(-1, -2)) * self.w.scale  # [B, H, 1, n]
+        if self.w.causal and t + 1 < n:
+            scores = scores.masked_fill(torch.arange(n) > t, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        if override is not None:
+            heads, a = override
+            probs = probs.expand(max(a.shape[0], probs.shape[0]), -1, -1, -1).clone()
+            probs[:, heads, 0, :] = a.to(probs.dtype)
+        Bo = probs.shape[0]
+        ctx = (probs @ v).transpose(1, 2).reshape(Bo, 1, self.Dq)
+        return self._after(xr, F.linear(ctx, self.wo, self.w.bo))
 
 
 def _head_dtype(lm) -> torch.dtype:
@@ -479,6 +605,7 @@ class Frontier:
     restarts: int
     lr: float
     timings: dict = field(default_factory=dict)
+    prune_at: Optional[int] = None  # step from which each λ ran its best restart only (None: never pruned)
     seeds: list = field(default_factory=list)  # [SeedPoint]
     notes: list = field(default_factory=list)
 
@@ -645,14 +772,19 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
              restarts: int = 3, lr: float = 0.1, seed: int = 0, target: Optional[int] = None,
              dtype: torch.dtype = torch.float32, permutations: int = 100, top_k: int = 5,
              record_every: Optional[int] = None, init_noise: float = 2.0, progress: Progress = None,
-             max_tokens: int = DEFAULT_MAX_TOKENS) -> Frontier:
+             max_tokens: int = DEFAULT_MAX_TOKENS, prune_at: Optional[int] = None) -> Frontier:
     """(model, text, site) -> Frontier of (JSD, TVD) for α' = softmax(θ) minimising
     TVD(ŷ', ŷ) - λ·JSD(α', α), all λ × restarts in one batch [K·restarts, R, n].
 
     Restart 0 starts at the original attention (log max(α, 1e-4) + 1e-3 noise, so the JSD gradient
     is not 0 and one-hot rows can move);
     the others at log(uniform) + init_noise·N(0, 1). Every `record_every` steps (default steps // 20)
-    and at the end every batch member's (JSD, TVD, α', top-k) is recorded; the original is point 0."""
+    and at the end every batch member's (JSD, TVD, α', top-k) is recorded; the original is point 0.
+
+    prune_at (default steps // 4; >= steps: never): all restarts run together for the first
+    prune_at steps; then each λ keeps the restart with the lowest TVD − λ·JSD (with its Adam state)
+    and only those run the remaining steps — every λ still gets its full number of steps, at about
+    half the cost of running every restart to the end. Points recorded before pruning are kept."""
     t_all = time.perf_counter()
     timings = {}
     t0 = time.perf_counter()
@@ -676,6 +808,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     lam_b = lams.repeat(Rs)  # batch order: restart-major, λ-minor
     restart_b = np.repeat(np.arange(Rs), K)
     every = record_every or max(1, steps // 20)
+    prune = (steps // 4 if prune_at is None else int(prune_at)) if Rs > 1 else steps
     rec_alpha, rec_j, rec_t, rec_lam, rec_rs, rec_step, rec_ti, rec_tp = ([] for _ in range(8))
 
     def record(alpha, j, t, probs, s):
@@ -685,7 +818,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
         rec_t.append(td.numpy())
         rec_lam.append(lam_b.numpy())
         rec_rs.append(restart_b)
-        rec_step.append(np.full(B, s))
+        rec_step.append(np.full(len(restart_b), s))
         ti, tp = _topk(probs.detach(), top_k)
         rec_ti.append(ti)
         rec_tp.append(tp)
@@ -693,10 +826,12 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     # eps far below the default 1e-8: a (nearly) one-hot original row has gradients ~1e-12 on its
     # small logits, which the default eps would turn into no step at all
     opt = torch.optim.Adam([theta], lr=lr, eps=1e-20)
-    # cosine decay to lr/10: Adam's steps do not shrink by themselves, so without it the runs
-    # keep jittering by ~lr around their optimum (λ = 0 would not settle at TVD ≈ 0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+
+    def lr_at(s):
+        # cosine decay to lr/10: Adam's steps do not shrink by themselves, so without it the runs
+        # keep jittering by ~lr around their optimum (λ = 0 would not settle at TVD ≈ 0)
+        return lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+
     t0 = time.perf_counter()
     with torch.inference_mode(False), torch.enable_grad():
         for s in range(steps):
@@ -704,11 +839,24 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
             j, t, probs = pb.distances(alpha)
             if s % every == 0:
                 record(alpha, j, t, probs, s)
+            if s == prune:
+                # each λ keeps its best restart so far; the others stop here
+                obj = (t - lam_b * j).detach().reshape(Rs, K)
+                keep = torch.argmin(obj, dim=0) * K + torch.arange(K)
+                state = opt.state[theta]
+                theta = theta.detach()[keep].clone().requires_grad_(True)
+                opt = torch.optim.Adam([theta], lr=lr_at(s), eps=1e-20)
+                opt.state[theta] = {k: (v[keep].clone() if torch.is_tensor(v) and v.dim() > 0 else v)
+                                    for k, v in state.items()}
+                lam_b, restart_b = lam_b[keep], restart_b[keep.numpy()]
+                alpha = pb.softmax_rows(theta)
+                j, t, probs = pb.distances(alpha)
             loss = (t - lam_b * j).sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(s)
             opt.step()
-            sched.step()
             if progress and (s % 10 == 0):
                 progress("frontier", (s + 1) / (steps + 1))
         with torch.no_grad():
@@ -751,7 +899,8 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
                     y0_top=[(labels[int(i)], float(p)) for i, p in zip(ti0[0], tp0[0])], lambdas=lams.numpy(),
                     jsd=jsd_v, tvd=tvd_v, alpha=alpha_v, alpha_idx=keep, lam=lam_v, restart=rs_v, step=st_v, top_idx=ti_v,
                     top_p=tp_v, top_labels=labels, best=best, envelope=env, perm_jsd=pj, perm_tvd=pt,
-                    uniform=uni, steps=steps, restarts=Rs, lr=lr, timings=timings, notes=notes)
+                    uniform=uni, steps=steps, restarts=Rs, lr=lr, timings=timings, notes=notes,
+                    prune_at=prune if prune < steps else None)
 
 
 def jain_wallace(lm, text, site: Site, eps: float = JW_EPS, accept: float = JW_ACCEPT, k: int = JW_K,

@@ -158,6 +158,33 @@ def _hover(value_name: str = "value") -> str:
     return ("row (receives): %{y}<br>column (source): %{x}<br>" + value_name + ": %{z:.4g}<extra></extra>")
 
 
+# The figures redrawn on every slider move (heatmaps, row bars) are written as plain dicts and
+# wrapped without plotly's per-property validation, which costs ~100 ms per figure here (the app's
+# layer slider must re-render in <= 0.5 s). They carry their look explicitly (the plotly_white values
+# below) instead of naming a template, which plotly.js would not understand unvalidated (and which
+# would add ~7 kB to every message).
+_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
+             automargin=True, title=dict(standoff=15))
+_LAYOUT = dict(font=dict(family=FONT, size=12, color="#2a3f5f"), paper_bgcolor="white", plot_bgcolor="white",
+               hovermode="closest", hoverlabel=dict(align="left"))
+
+
+def _raw_figure(data: list, layout: dict) -> go.Figure:
+    """Trusted dicts -> go.Figure without validation (fields as plotly.js reads them)."""
+    return go.Figure(dict(data=data, layout={**_LAYOUT, **layout}), _validate=False)
+
+
+def _domains(k: int, spacing: float) -> list:
+    """k side-by-side (or stacked) panels with `spacing` between them -> [(start, end)] in paper units."""
+    w = (1.0 - spacing * (k - 1)) / k
+    return [(c * (w + spacing), c * (w + spacing) + w) for c in range(k)]
+
+
+def _title(text: str, x: float, y: float, yshift: int = 0, size: int = 13) -> dict:
+    return dict(text=text, x=x, y=y, xref="paper", yref="paper", xanchor="center", yanchor="bottom",
+                showarrow=False, yshift=yshift, font=dict(size=size))
+
+
 def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence[str],
              value_names: Optional[Sequence[str]] = None, target: Optional[int] = None,
              cell_text: Optional[bool] = None, height: Optional[int] = None) -> go.Figure:
@@ -169,44 +196,47 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     """
     k = len(mats)
     n = len(labels)
+    labels = list(labels)
     value_names = list(value_names or ["value"] * k)
     # about square cells in a ~1000 px wide page: panel width / n, between 14 and 40 px
     cell = min(40.0, max(14.0, (1000.0 / k - 60.0) / max(n, 1)))
     cell_text = (n <= MAX_CELL_TEXT and cell >= 18) if cell_text is None else cell_text
-    fig = make_subplots(rows=1, cols=k, shared_yaxes=True, horizontal_spacing=0.02 if k > 1 else 0.0,
-                        subplot_titles=list(titles))
-    for c, (M, vname) in enumerate(zip(mats, value_names)):
+    data, layout, notes = [], {}, []
+    yaxis = dict(_AXIS, autorange="reversed", type="category", tickmode="linear", dtick=1,
+                 tickfont=dict(size=10))
+    for c, ((x0, x1), M, vname) in enumerate(zip(_domains(k, 0.02 if k > 1 else 0.0), mats, value_names)):
         M = np.asarray(M, dtype=np.float64)
         if M.shape != (n, n):
             raise ValueError(f"map {c} has shape {M.shape}, expected ({n}, {n}) for {n} labels")
         zmax = float(np.nanmax(M)) if M.size and np.isfinite(M).any() else 1.0
         if not zmax > 0:
             zmax = 1.0
-        dom_x = fig.layout[f"xaxis{'' if c == 0 else c + 1}"].domain
-        hm = go.Heatmap(z=M, x=list(labels), y=list(labels), zmin=0.0, zmax=zmax, colorscale=SEQ_COLORS,
-                        coloraxis=None, hovertemplate=_hover(vname), name=titles[c],
-                        colorbar=dict(orientation="h", x=(dom_x[0] + dom_x[1]) / 2, xanchor="center",
-                                      y=1.0, yanchor="bottom", yref="paper", len=(dom_x[1] - dom_x[0]) * 0.9,
-                                      thickness=8, tickfont=dict(size=9)),
-                        xgap=1, ygap=1)
+        ax = "" if c == 0 else str(c + 1)
+        hm = dict(type="heatmap", z=M, x=labels, y=labels, zmin=0.0, zmax=zmax, colorscale=SEQ_COLORS,
+                  hovertemplate=_hover(vname), name=titles[c], xaxis="x" + ax, yaxis="y" + ax,
+                  colorbar=dict(orientation="h", x=(x0 + x1) / 2, xanchor="center", y=1.0, yanchor="bottom",
+                                yref="paper", len=(x1 - x0) * 0.9, thickness=8, tickfont=dict(size=9)),
+                  xgap=1, ygap=1)
         if cell_text:
             hm.update(texttemplate="%{z:.2f}", textfont=dict(size=8 if cell < 26 else 10))
-        fig.add_trace(hm, row=1, col=c + 1)
-        fig.update_xaxes(tickangle=-60, type="category", tickmode="linear", dtick=1, row=1, col=c + 1,
-                         title_text="source (column j)",
-                         title_font=dict(size=11), tickfont=dict(size=10))
-    fig.update_yaxes(autorange="reversed", type="category", tickmode="linear", dtick=1, tickfont=dict(size=10))
-    fig.update_yaxes(title_text="receiving (row i)", title_font=dict(size=11), row=1, col=1)
-    if target is not None and 0 <= target < n:  # the target row's label in bold red (same text)
-        ticktext = [f'<span style="color:{HIGHLIGHT}"><b>{lab}</b></span>' if i == target else lab
-                    for i, lab in enumerate(labels)]
-        fig.update_yaxes(tickmode="array", tickvals=list(labels), ticktext=ticktext, row=1, col=1)
-    # subplot titles above the colour bars
-    for ann in fig.layout.annotations[:k]:
-        ann.update(yshift=34, font=dict(size=13))
-    fig.update_layout(height=height or int(cell * n + 230), margin=dict(l=10, r=10, t=90, b=10),
-                      plot_bgcolor="white")
-    return _style(fig)
+        data.append(hm)
+        layout["xaxis" + ax] = dict(_AXIS, domain=[x0, x1], anchor="y" + ax, tickangle=-60, type="category",
+                                    tickmode="linear", dtick=1, tickfont=dict(size=10),
+                                    title=dict(text="source (column j)", font=dict(size=11), standoff=15))
+        if c == 0:
+            y = dict(yaxis, anchor="x", domain=[0.0, 1.0],
+                     title=dict(text="receiving (row i)", font=dict(size=11), standoff=15))
+            if target is not None and 0 <= target < n:  # the target row's label in bold red (same text)
+                y.update(tickmode="array", tickvals=labels,
+                         ticktext=[f'<span style="color:{HIGHLIGHT}"><b>{lab}</b></span>' if i == target else lab
+                                   for i, lab in enumerate(labels)])
+        else:  # shared y axis: same categories, labels only on the first panel
+            y = dict(yaxis, anchor="x" + ax, domain=[0.0, 1.0], matches="y", showticklabels=False)
+        layout["yaxis" + ax] = y
+        notes.append(_title(titles[c], (x0 + x1) / 2, 1.0, yshift=34))  # above the colour bar
+    layout.update(annotations=notes, height=height or int(cell * n + 230),
+                  margin=dict(l=10, r=10, t=90, b=10))
+    return _raw_figure(data, layout)
 
 
 def heatmap(M: np.ndarray, labels: Sequence[str], title: str = "", value_name: str = "value",
@@ -220,22 +250,31 @@ def row_bars(rows: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
              title: str = "") -> go.Figure:
     """k rows [n] (one per method) -> stacked bar charts sharing the token axis."""
     k = len(rows)
+    labels = list(labels)
     value_names = list(value_names or ["value"] * k)
-    fig = make_subplots(rows=k, cols=1, shared_xaxes=True, vertical_spacing=0.06 if k > 1 else 0.0,
-                        subplot_titles=list(titles))
-    for r, (row, vname) in enumerate(zip(rows, value_names)):
+    data, layout, notes = [], {}, []
+    doms = _domains(k, 0.06 if k > 1 else 0.0)[::-1]  # the first row on top
+    for r, ((y0, y1), row, vname) in enumerate(zip(doms, rows, value_names)):
         row = np.asarray(row, dtype=np.float64)
+        ax = "" if r == 0 else str(r + 1)
         colors = [HIGHLIGHT if j == target else "#1f77b4" for j in range(len(labels))]
-        fig.add_trace(go.Bar(x=list(labels), y=row, marker_color=colors, name=titles[r],
-                             text=[f"{v:.3f}" for v in row], textposition="outside", cliponaxis=False,
-                             hovertemplate="source: %{x}<br>" + vname + ": %{y:.4g}<extra></extra>"),
-                      row=r + 1, col=1)
-        fig.update_yaxes(title_text=vname, title_font=dict(size=10), row=r + 1, col=1,
-                         range=[0, max(1e-12, float(row.max()) if row.size else 1.0) * 1.25])
-    fig.update_xaxes(type="category", tickangle=-60)
-    fig.update_layout(height=170 * k + 140, showlegend=False, title=title or None,
-                      margin=dict(l=10, r=10, t=60 if title else 30, b=10), plot_bgcolor="white")
-    return _style(fig)
+        data.append(dict(type="bar", x=labels, y=row, marker=dict(color=colors), name=titles[r],
+                         text=[f"{v:.3f}" for v in row], textposition="outside", cliponaxis=False,
+                         hovertemplate="source: %{x}<br>" + vname + ": %{y:.4g}<extra></extra>",
+                         xaxis="x" + ax, yaxis="y" + ax))
+        # shared x axis: every panel matches the bottom one; tick labels only at the bottom
+        layout["xaxis" + ax] = dict(_AXIS, anchor="y" + ax, type="category", tickangle=-60, domain=[0.0, 1.0],
+                                    **({} if r == k - 1 else dict(matches="x" + ("" if k == 1 else str(k)),
+                                                                  showticklabels=False)))
+        layout["yaxis" + ax] = dict(_AXIS, anchor="x" + ax, domain=[y0, y1],
+                                    title=dict(text=vname, font=dict(size=10), standoff=15),
+                                    range=[0, max(1e-12, float(row.max()) if row.size else 1.0) * 1.25])
+        notes.append(_title(titles[r], 0.5, y1, size=16))
+    layout.update(annotations=notes, height=170 * k + 140, showlegend=False,
+                  margin=dict(l=10, r=10, t=60 if title else 30, b=10))
+    if title:
+        layout["title"] = dict(text=title, x=0.05)
+    return _raw_figure(data, layout)
 
 
 def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
