@@ -781,10 +781,12 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     the others at log(uniform) + init_noise·N(0, 1). Every `record_every` steps (default steps // 20)
     and at the end every batch member's (JSD, TVD, α', top-k) is recorded; the original is point 0.
 
-    prune_at (default steps // 4; >= steps: never): all restarts run together for the first
-    prune_at steps; then each λ keeps the restart with the lowest TVD − λ·JSD (with its Adam state)
-    and only those run the remaining steps — every λ still gets its full number of steps, at about
-    half the cost of running every restart to the end. Points recorded before pruning are kept."""
+    prune_at (default steps // 4; >= steps: never; only with restarts > 2): all restarts run
+    together for the first prune_at steps; then each λ keeps restart 0 and, of the random restarts,
+    the one with the lowest TVD − λ·JSD (each with its Adam state); only those run the remaining
+    steps. Every kept run gets its full number of steps; restart 0's runs are exactly those of
+    restarts=1, so the result is never worse than one restart. Points recorded before pruning are
+    kept."""
     t_all = time.perf_counter()
     timings = {}
     t0 = time.perf_counter()
@@ -808,7 +810,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     lam_b = lams.repeat(Rs)  # batch order: restart-major, λ-minor
     restart_b = np.repeat(np.arange(Rs), K)
     every = record_every or max(1, steps // 20)
-    prune = (steps // 4 if prune_at is None else int(prune_at)) if Rs > 1 else steps
+    prune = (steps // 4 if prune_at is None else int(prune_at)) if Rs > 2 else steps
     rec_alpha, rec_j, rec_t, rec_lam, rec_rs, rec_step, rec_ti, rec_tp = ([] for _ in range(8))
 
     def record(alpha, j, t, probs, s):
@@ -840,9 +842,9 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
             if s % every == 0:
                 record(alpha, j, t, probs, s)
             if s == prune:
-                # each λ keeps its best restart so far; the others stop here
+                # each λ keeps restart 0 (from the original) and its best random restart so far
                 obj = (t - lam_b * j).detach().reshape(Rs, K)
-                keep = torch.argmin(obj, dim=0) * K + torch.arange(K)
+                keep = torch.cat([torch.arange(K), (1 + torch.argmin(obj[1:], dim=0)) * K + torch.arange(K)])
                 state = opt.state[theta]
                 theta = theta.detach()[keep].clone().requires_grad_(True)
                 opt = torch.optim.Adam([theta], lr=lr_at(s), eps=1e-20)

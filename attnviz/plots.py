@@ -169,9 +169,16 @@ _LAYOUT = dict(font=dict(family=FONT, size=12, color="#2a3f5f"), paper_bgcolor="
                hovermode="closest", hoverlabel=dict(align="left"))
 
 
+# the colour scale spelled out: plotly.js's own "Blues" runs the other way (dark = low)
+_SEQ_SCALE = [[k / 8, c] for k, c in enumerate(("rgb(247,251,255)", "rgb(222,235,247)", "rgb(198,219,239)",
+                                               "rgb(158,202,225)", "rgb(107,174,214)", "rgb(66,146,198)",
+                                               "rgb(33,113,181)", "rgb(8,81,156)", "rgb(8,48,107)"))]
+
+
 def _raw_figure(data: list, layout: dict) -> go.Figure:
     """Trusted dicts -> go.Figure without validation (fields as plotly.js reads them)."""
-    return go.Figure(dict(data=data, layout={**_LAYOUT, **layout}), _validate=False)
+    # template {}: no template at all (left unset, plotly would fill in its default one, ~7 kB)
+    return go.Figure(dict(data=data, layout={**_LAYOUT, **layout, "template": {}}), _validate=False)
 
 
 def _domains(k: int, spacing: float) -> list:
@@ -212,7 +219,7 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
         if not zmax > 0:
             zmax = 1.0
         ax = "" if c == 0 else str(c + 1)
-        hm = dict(type="heatmap", z=M, x=labels, y=labels, zmin=0.0, zmax=zmax, colorscale=SEQ_COLORS,
+        hm = dict(type="heatmap", z=M, x=labels, y=labels, zmin=0.0, zmax=zmax, colorscale=_SEQ_SCALE,
                   hovertemplate=_hover(vname), name=titles[c], xaxis="x" + ax, yaxis="y" + ax,
                   colorbar=dict(orientation="h", x=(x0 + x1) / 2, xanchor="center", y=1.0, yanchor="bottom",
                                 yref="paper", len=(x1 - x0) * 0.9, thickness=8, tickfont=dict(size=9)),

@@ -63,8 +63,8 @@ with st.expander("Search settings"):
     steps = int(s1.number_input("Adam steps", 10, 2000, 200, step=50, key="adv_steps"))
     restarts = int(s2.number_input("Restarts per λ", 1, 8, 3, key="adv_restarts",
                                    help="Restart 1 starts at the model's own attention, the others at random. "
-                                        "After a quarter of the steps each λ keeps its best restart, which "
-                                        "runs to the end (about half the cost of running them all)."))
+                                        "With 3 or more, after a quarter of the steps each λ keeps restart 1 "
+                                        "and its best random restart; they run to the end."))
     points = int(s3.number_input("λ values", 2, 48, 16, key="adv_points",
                                  help="0 and a geometric grid from 0.001 to 31.6; all in one batch."))
     jw_steps = int(s4.number_input("Jain & Wallace steps", 0, 2000, A.JW_STEPS, step=50, key="adv_jw_steps",
@@ -128,7 +128,8 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
 res = cached(key)
 if res is None:
     b2.caption(f"{len(lambdas)} λ × {restarts} restarts = a batch of {len(lambdas) * restarts}"
-               + (f" (each λ's best restart after {steps // 4} steps goes on)" if restarts > 1 else "") + f", {steps} steps, "
+               + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
+               + f", {steps} steps, "
                f"for {site.label()} at the target '{enc.tokens[enc.target]}' (position {enc.target}). "
                "Press the button: a few seconds for a head in an upper layer of the built-in model, more "
                "further down and for larger models.")
@@ -267,7 +268,7 @@ def explore(fr, jw):
 
 explore(fr, jw)
 st.caption(f"Search: {len(fr.lambdas)} λ × {fr.restarts} restarts"
-           + (f" (from step {fr.prune_at} on, each λ's best restart only)" if fr.prune_at is not None else "")
+           + (f" (from step {fr.prune_at} on: restart 1 and each λ's best random restart)" if fr.prune_at is not None else "")
            + f", {fr.steps} Adam steps (lr {fr.lr:g}, cosine decay), "
            f"{len(fr.jsd)} points recorded, {fr.timings.get('total', 0):.1f} s. For rows of several heads the JSD "
            "is the mean over the rows. Every point's TVD comes from a real forward pass with α′ in place.")

@@ -320,33 +320,37 @@ def test_lambda_zero_stays_at_the_original_and_large_lambda_moves(copy_frontier)
 
 
 def test_pruned_restarts_continue_exactly_and_keep_each_lambdas_best(copy_lm):
-    """Pruning at step P keeps, per λ, the restart with the lowest recorded TVD - λ·JSD at P, and
-    the survivors then follow exactly the trajectories they have in a run that never prunes (Adam
-    state and learning-rate schedule carried over; batch members are independent)."""
+    """Pruning at step P keeps, per λ, restart 0 and the random restart with the lowest recorded
+    TVD - λ·JSD at P; the survivors then follow exactly the trajectories they have in a run that
+    never prunes (Adam state and learning-rate schedule carried over; batch members are
+    independent)."""
     site = A.Site("layer", 0)
     lams = [0.0, 0.01, 0.3, 3.0]
-    kw = dict(lambdas=lams, steps=40, restarts=3, record_every=10, permutations=4, seed=5)
+    kw = dict(lambdas=lams, steps=40, restarts=4, record_every=10, permutations=4, seed=5)
     full = A.frontier(copy_lm, SENTENCE, site, prune_at=40, **kw)
     pruned = A.frontier(copy_lm, SENTENCE, site, prune_at=20, **kw)
     K = len(lams)
-    # before pruning both runs record every restart; after it only one per λ
+    # before pruning both runs record every restart; after it two per λ
     for s in (0, 10, 20):
-        assert (pruned.step == s).sum() == 3 * K and (full.step == s).sum() == 3 * K
+        assert (pruned.step == s).sum() == 4 * K and (full.step == s).sum() == 4 * K
     for s in (30, 40):
-        assert (pruned.step == s).sum() == K and (full.step == s).sum() == 3 * K
+        assert (pruned.step == s).sum() == 2 * K and (full.step == s).sum() == 4 * K
     for lam in lams:
-        at = np.nonzero((pruned.step == 20) & (pruned.lam == lam))[0]
+        at = np.nonzero((pruned.step == 20) & (pruned.lam == lam) & (pruned.restart > 0))[0]
         obj = pruned.tvd[at] - lam * pruned.jsd[at]
         kept = pruned.restart[(pruned.step == 40) & (pruned.lam == lam)]
-        assert kept.tolist() == [pruned.restart[at[np.argmin(obj)]]]
-        # the survivor's end point is the unpruned run's end point for that restart
-        i = np.nonzero((pruned.step == 40) & (pruned.lam == lam))[0][0]
-        j = np.nonzero((full.step == 40) & (full.lam == lam) & (full.restart == kept[0]))[0][0]
-        np.testing.assert_allclose(pruned.alpha_of(i), full.alpha_of(j), atol=1e-5)
-        assert pruned.tvd[i] == pytest.approx(full.tvd[j], abs=1e-5)
-    # restarts = 1 never prunes
-    one = A.frontier(copy_lm, SENTENCE, site, **{**kw, "restarts": 1})
-    assert (one.step == 40).sum() == K and one.prune_at is None and pruned.prune_at == 20 and full.prune_at is None
+        assert sorted(kept.tolist()) == [0, pruned.restart[at[np.argmin(obj)]]]
+        # the survivors' end points are the unpruned run's end points for those restarts
+        for r in kept:
+            i = np.nonzero((pruned.step == 40) & (pruned.lam == lam) & (pruned.restart == r))[0][0]
+            j = np.nonzero((full.step == 40) & (full.lam == lam) & (full.restart == r))[0][0]
+            np.testing.assert_allclose(pruned.alpha_of(i), full.alpha_of(j), atol=1e-5)
+            assert pruned.tvd[i] == pytest.approx(full.tvd[j], abs=1e-5)
+    # restarts 1 and 2 never prune
+    for R in (1, 2):
+        one = A.frontier(copy_lm, SENTENCE, site, **{**kw, "restarts": R})
+        assert (one.step == 40).sum() == R * K and one.prune_at is None
+    assert pruned.prune_at == 20 and full.prune_at is None
 
 
 def test_a_one_hot_row_can_move(tokenizer):

@@ -102,6 +102,14 @@ def test_heatmaps_carry_the_matrices_and_labels():
         assert list(tr.x) == labels and list(tr.y) == labels
         assert tr.zmin == 0 and tr.zmax == pytest.approx(M.max())
     assert "&lt;b&gt;" in fig.data[0].x[2]
+    # built unvalidated, so spelled out for plotly.js: white (0) to dark blue (max), as plotly.py's
+    # "Blues" (plotly.js's own "Blues" runs the other way); no template name plotly.js cannot read
+    import plotly.graph_objects as go
+
+    for tr in fig.data:
+        assert [tuple(c) for c in tr.colorscale] == [tuple(c) for c in go.Heatmap(colorscale="Blues").colorscale]
+    assert tuple(fig.data[0].colorscale[0]) == (0.0, "rgb(247,251,255)")
+    assert not fig.to_dict()["layout"]["template"]
     with pytest.raises(ValueError, match="shape"):
         plots.heatmaps([np.zeros((3, 3))], labels, ["x"])
 
