@@ -1,7 +1,10 @@
 """Benchmark the app in a real browser: page load to first heatmap, and a layer-slider move to the
 re-rendered heatmaps, against references measured in the same run.
 
-    python bench/app.py [--spec builtin:agreement] [--repeats 7]
+    python bench/app.py [--spec builtin:agreement] [--repeats 7] [--cells]
+
+--cells: with the "Numbers in cells" toggle on (the app's default is off; the numbers are 432
+SVG text elements for 3 maps of 12 tokens, and the browser draws the maps about twice as slowly).
 
 References: (1) the same heatmap figure drawn by plotly.js from a static HTML file in the same
 browser (the floor for drawing it), (2) one plain forward pass of the model in this process.
@@ -64,6 +67,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", default=None, help="model spec (default: builtin:agreement, else pkg:minilm)")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--cells", action="store_true", help="numbers written in the heatmap cells")
     args = ap.parse_args(argv)
 
     import torch
@@ -91,7 +95,7 @@ def main(argv=None):
     a = attnviz.analyze(lm, TEXT, methods=METHODS.split(","))
     view = plots.make_view(a.tokens, a.special, a.target)
     fig = plots.heatmaps([view.apply(a.maps[m].layer[0], attnviz.METHODS[m].rows_sum_to_one) for m in METHODS.split(",")],
-                         view.labels, [f"{m} · layer 1" for m in METHODS.split(",")])
+                         view.labels, [f"{m} · layer 1" for m in METHODS.split(",")], cell_text=args.cells)
     static = Path(tempfile.mkdtemp()) / "static.html"
     fig.write_html(static, include_plotlyjs=True, full_html=True, div_id="fig")
 
@@ -99,7 +103,8 @@ def main(argv=None):
     t_start = time.perf_counter()
     server = start_server(port)
     t_server = time.perf_counter() - t_start
-    url = f"http://127.0.0.1:{port}/?model={quote(spec)}&text={quote(TEXT)}&methods={quote(METHODS)}"
+    url = (f"http://127.0.0.1:{port}/?model={quote(spec)}&text={quote(TEXT)}&methods={quote(METHODS)}"
+           f"&cells={'true' if args.cells else 'false'}")
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -148,7 +153,7 @@ def main(argv=None):
 
     t_static, t_warm, t_move = med(statics), med(warms), med(moves)
     print(f"attnviz app benchmark — model {spec}, {len(a.tokens)} tokens, methods {METHODS}, "
-          f"median of {args.repeats} (slider: {len(moves)} moves)")
+          f"numbers in cells {'on' if args.cells else 'off'}, median of {args.repeats} (slider: {len(moves)} moves)")
     print(f"  reference: plain forward pass             {t_fwd * 1e3:9.1f} ms")
     print(f"  reference: same figure, static plotly page {t_static * 1e3:9.1f} ms")
     print(f"  server start (until the port answers)      {t_server * 1e3:9.1f} ms")

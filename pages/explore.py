@@ -80,6 +80,9 @@ def maps_panel():
                        "renormalised to sum to 1.")
         st.toggle("Merge word pieces", key="merge", persist_state="session", bind="query-params",
                   help="One row/column per word: columns are summed over a word's pieces, rows averaged.")
+        st.toggle("Numbers in cells", key="cells", persist_state="session", bind="query-params",
+                  help="Write each value (2 decimals) in its cell; hovering a cell always shows it. "
+                       "Off by default: the maps redraw about twice as fast without them.")
     l, h = st.session_state.layer - 1, ui.head_index()
     view = ui.view_for(a)
     mats, titles, units = [], [], []
@@ -93,7 +96,8 @@ def maps_panel():
         mats.append(view.apply(M, METHODS[m].rows_sum_to_one))
         titles.append(f"{ui.method_label(m)} · layer {l + 1} · {where}")
         units.append(ui.value_name(m))
-    fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target)
+    fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target,
+                         cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= plots.MAX_CELL_TEXT)
     st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     for m in shown:
         comp = a.maps[m].meta.get("completeness")

@@ -60,9 +60,9 @@ AUTO = -1  # the target / source pickers' "automatic" / "all" choice
 # follows when a session starts, because Streamlit can leave the path of the URL one page behind
 # after st.switch_page)
 URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "layer", "head": "head",
-            "target": "target", "hide": "hide", "merge": "merge"}
+            "target": "target", "hide": "hide", "merge": "merge", "cells": "cells"}
 # widgets bound to the URL by Streamlit itself (bind="query-params" on Explore): sync_url leaves them alone
-BOUND = ("layer", "head", "hide", "merge")
+BOUND = ("layer", "head", "hide", "merge", "cells")
 
 VALUE_NAMES = {"attention": "attention weight", "rollout": "rollout share", "flow": "flow share",
                "value_norm": "‖α f(x)‖", "attn_res": "‖z‖ (attn + residual)", "attn_res_ln": "‖g(z)‖ (after LN)",
@@ -131,6 +131,7 @@ def init_state() -> None:
     ss.target = AUTO if t in (None, "", "auto") else max(AUTO, _parse_int(t, AUTO))
     ss.hide = qp.get("hide", "false").lower() in ("1", "true", "yes")
     ss.merge = qp.get("merge", "false").lower() in ("1", "true", "yes")
+    ss.cells = qp.get("cells", "false").lower() in ("1", "true", "yes")
     ss.cap = DEFAULT_CAP
     ss.preset = PRESET_NONE
     ss._wanted_page = qp.get("page")
@@ -143,7 +144,8 @@ def url_state() -> dict:
     return {"page": ss.get("_page", "explore"), "model": spec(), "text": text(), "methods": ",".join(ss.get("methods", [])),
             "layer": str(ss.get("layer", 1)), "head": str(ss.get("head", "all")),
             "target": "auto" if target() is None else str(target()),
-            "hide": "true" if ss.get("hide") else "false", "merge": "true" if ss.get("merge") else "false"}
+            "hide": "true" if ss.get("hide") else "false", "merge": "true" if ss.get("merge") else "false",
+            "cells": "true" if ss.get("cells") else "false"}
 
 
 def sync_url(force: bool = False) -> None:

@@ -88,6 +88,13 @@ def test_explore_default_view_matches_analyze(app_spec, lm):
     bars = chart(at, "rowbars")["data"]
     for tr, m in zip(bars, methods):
         np.testing.assert_allclose(arr(tr["y"]), ref.maps[m].layer[0][ref.target], rtol=1e-6, atol=1e-9)
+    # numbers in the cells only on request (they double the browser's redraw time)
+    assert all("texttemplate" not in tr for tr in spec["data"])
+    at.toggle(key="cells").set_value(True).run()
+    assert all(tr["texttemplate"] == "%{z:.2f}" for tr in chart(at, "maps")["data"])
+    # and from the URL
+    at2 = new_app(app_spec, cells="true").run()
+    assert all(tr["texttemplate"] == "%{z:.2f}" for tr in chart(at2, "maps")["data"])
 
 
 def test_explore_text_methods_layer_head(app_spec, lm):

@@ -120,7 +120,7 @@ def test_type_a_sentence_and_read_the_heatmaps(server, browser, spec):
     SHOTS.mkdir(parents=True, exist_ok=True)
     lm = attnviz.load_model(spec)
     page = browser.new_page(viewport={"width": 1500, "height": 2000})
-    page.goto(f"{server}/?model={quote(spec)}&methods=attention,rollout,attn_res_ln")
+    page.goto(f"{server}/?model={quote(spec)}&methods=attention,rollout,attn_res_ln&cells=true")
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
     page.screenshot(path=str(SHOTS / "01_open.png"))
 
