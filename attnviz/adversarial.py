@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -37,8 +37,8 @@ import torch.nn.functional as F
 
 from .errors import AttnvizError, InputError
 from .models.families import Norm
-from .models.forward import _linear, _rotate_half, after_attention, apply_norm, layer_forward, rope_for, run_layers
-from .trace import DEFAULT_MAX_TOKENS, Encoded, Trace, encode, trace as _trace
+from .models.forward import _rotate_half, apply_norm, rope_for, run_layers
+from .trace import DEFAULT_MAX_TOKENS, Encoded, Trace, encode
 
 LN2 = math.log(2.0)
 # λ grid: 0 plus 15 values from 1e-3 to 10^1.5 (the frontier's slope dTVD/dJSD at its optimum is λ)
@@ -250,7 +250,6 @@ class Problem:
         row = fz[s].rows(self.x, t, rope, groups.get(s), kv=self.kv_start)  # [B, 1, d]
         if s == L - 1 and token:
             return self._head_on_row(row)
-        B = row.shape[0]
         is_t = torch.zeros(1, self.n, 1, dtype=torch.bool)
         is_t[0, t, 0] = True
         x = torch.where(is_t, row, self.out_start)  # [B, n, d]: the unmodified output with row t replaced
@@ -297,56 +296,6 @@ def _final_norm(arch, x: torch.Tensor) -> torch.Tensor:
     if fn.weight.dtype != x.dtype:
         fn = Norm(fn.kind, fn.weight.to(x.dtype), None if fn.bias is None else fn.bias.to(x.dtype), fn.eps)
     return apply_norm(x, fn)
-
-
-def layer_kv(w, x: torch.Tensor, rope=None):
-    """x [B, n, d] -> (keys, values) [B, H, n, dh] of one layer (rotary applied to keys, key/value
-    heads repeated for grouped-query attention), as models/forward.layer_forward computes them."""
-    B, n, _ = x.shape
-    Hkv, dh = w.n_kv_heads, w.head_dim
-    h = apply_norm(x, w.norm1) if w.placement == "pre" else x
-    k = _linear(h, w.wk, w.bk).view(B, n, Hkv, dh).transpose(1, 2)
-    v = _linear(h, w.wv, w.bv).view(B, n, Hkv, dh).transpose(1, 2)
-    if w.rotary:
-        cos, sin = rope
-        k = k * cos.unsqueeze(1) + _rotate_half(k) * sin.unsqueeze(1)
-    rep = w.n_heads // Hkv
-    if rep > 1:
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    return k, v
-
-
-def layer_rows(w, x: torch.Tensor, rows: Sequence[int], rope=None, row_override=None, kv=None) -> torch.Tensor:
-    """x [B, n, d] -> the layer's output [B', r, d] at the query positions `rows` only (B' = the
-    batch of the override when it is larger). The same arithmetic as models/forward.layer_forward
-    restricted to some query rows: keys and values come from every position (or `kv`, precomputed
-    by layer_kv); the rest of the layer is position-wise and is forward.after_attention itself
-    (xr broadcasts against the batch of the override). row_override: (heads, i, alpha
-    [B', len(heads), n]) replaces probs[:, heads, i, :] (i indexes `rows`)."""
-    B, n, d = x.shape
-    rows = list(rows)
-    H, dh = w.n_heads, w.head_dim
-    k, v = kv if kv is not None else layer_kv(w, x, rope)
-    xr = x[:, rows]
-    hr = apply_norm(xr, w.norm1) if w.placement == "pre" else xr
-    q = _linear(hr, w.wq, w.bq).view(B, len(rows), H, dh).transpose(1, 2)
-    if w.rotary:
-        cos, sin = rope
-        cos, sin = cos[:, rows].unsqueeze(1), sin[:, rows].unsqueeze(1)
-        q = q * cos + _rotate_half(q) * sin
-    scores = (q @ k.transpose(-1, -2)) * w.scale  # [B, H, r, n]
-    if w.causal:
-        future = torch.arange(n).unsqueeze(0) > torch.tensor(rows).unsqueeze(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    if row_override is not None:
-        heads, i, a = row_override
-        probs = probs.expand(max(a.shape[0], probs.shape[0]), -1, -1, -1).clone()
-        probs[:, heads, i, :] = a.to(probs.dtype)
-    Bo = probs.shape[0]
-    ctx = (probs @ v).transpose(1, 2).reshape(Bo, len(rows), H * dh)
-    attn_out = _linear(ctx, w.wo, w.bo)
-    return after_attention(w, xr, attn_out)["out"]
 
 
 def _norm_fused(x: torch.Tensor, nrm: Norm) -> torch.Tensor:
@@ -537,15 +486,16 @@ def prepare(lm, text, site: Site, target: Optional[int] = None, dtype: torch.dty
         alpha0 = torch.stack([kept[l - start]["probs"][0, h, enc.target] for l, h in rows]).double()
         y0 = _output_probs(lm, final, enc.target, kind)[0]
         rope = rope_for(lm.arch, x)
-        kv = layer_kv(layers[start], x, rope)
+        fused = [_Fused(w) for w in layers]
+        _, k, v = fused[start]._split(fused[start].qkv(x), rope)
         out_start = kept[0]["out"]
     labels = None
     if kind == "sequence":
         id2label = getattr(lm.config, "id2label", {}) or {}
         labels = [str(id2label.get(i, i)) for i in range(y0.shape[0])]
     return Problem(lm=lm, enc=enc, site=site, rows=rows, x=x, alpha0=alpha0, allowed=allowed, y0=y0,
-                   model_y0=model_y0, output_kind=kind, dtype=dtype, labels=labels, rope=rope, kv_start=kv,
-                   out_start=out_start)
+                   model_y0=model_y0, output_kind=kind, dtype=dtype, labels=labels, rope=rope, kv_start=(k, v),
+                   out_start=out_start, _fused=fused)
 
 
 def evaluate(lm, text, site: Site, alpha, target: Optional[int] = None, dtype: torch.dtype = torch.float32):
@@ -988,4 +938,4 @@ def seed_baseline(lm, others: Sequence, text, site: Site, target: Optional[int] 
 
 __all__ = ["jsd", "tvd", "Site", "Problem", "prepare", "evaluate", "check_model", "frontier", "Frontier",
            "jain_wallace", "JWResult", "seed_baseline", "seed_specs", "SeedPoint", "baselines",
-           "lower_envelope", "best_per_lambda", "layer_rows", "layer_kv", "DEFAULT_LAMBDAS", "JW_EPS", "JW_ACCEPT", "JW_STEPS", "JW_LR", "LN2"]
+           "lower_envelope", "best_per_lambda", "DEFAULT_LAMBDAS", "JW_EPS", "JW_ACCEPT", "JW_STEPS", "JW_LR", "LN2"]
