@@ -60,6 +60,15 @@ def no_exception(at):
     assert not at.exception, [e.value for e in at.exception]
 
 
+def page_with_attention(app_spec, lm, page):
+    """The app switched to pages/PAGE.py on the default sentence, and attnviz.analyze's attention
+    for that sentence (the reference the page's figures are checked against)."""
+    at = new_app(app_spec).run()
+    at.switch_page(f"pages/{page}.py").run()
+    no_exception(at)
+    return at, reference(lm, at.session_state["text"], ["attention"])
+
+
 def labels_of(tokens, keep=None):
     keep = range(len(tokens)) if keep is None else keep
     return [f"{i}·{tokens[i]}" for i in keep]
@@ -193,11 +202,8 @@ def test_url_reproduces_the_view(app_spec, lm):
 
 
 def test_heads_grid_and_open_on_explore(app_spec, lm):
-    at = new_app(app_spec).run()
-    at.switch_page("pages/heads.py").run()
-    no_exception(at)
+    at, ref = page_with_attention(app_spec, lm, "heads")
     text = at.session_state["text"]
-    ref = reference(lm, text, ["attention"])
     heads = ref.maps["attention"].heads
     grid = chart(at, "head_grid")["data"]
     hm = [t for t in grid if t["type"] == "heatmap"]
@@ -223,11 +229,7 @@ def test_heads_grid_and_open_on_explore(app_spec, lm):
 
 
 def test_flow_graph_page(app_spec, lm):
-    at = new_app(app_spec).run()
-    at.switch_page("pages/flow_graph.py").run()
-    no_exception(at)
-    text = at.session_state["text"]
-    ref = reference(lm, text, ["attention"])
+    at, ref = page_with_attention(app_spec, lm, "flow_graph")
     A = ref.maps["attention"].layer
     n, L = A.shape[-1], A.shape[0]
     Ah = 0.5 * A + 0.5 * np.eye(n)
