@@ -104,18 +104,23 @@ def blank_token(tokenizer) -> tuple:
 
 
 def _single_token_id(tokenizer, word: str) -> int:
+    """A contrast word -> one vocabulary id, preferring the word-initial form (" are" -> 'Ġare' on
+    byte-level BPE, '▁are' on SentencePiece; WordPiece gives 'are' either way), then the exact
+    vocabulary entry (e.g. '##s'), then the word as written."""
     word = str(word).strip()
     if not word:
         raise InputError("a contrast word is empty")
-    tid = tokenizer.convert_tokens_to_ids(word)
     unk = getattr(tokenizer, "unk_token_id", None)
+    ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1 and ids[0] != unk:
+        return int(ids[0])
+    tid = tokenizer.convert_tokens_to_ids(word)
     if tid is not None and tid != unk and not isinstance(tid, list):
         return int(tid)
-    for w in (word, " " + word):
-        ids = tokenizer(w, add_special_tokens=False)["input_ids"]
-        if len(ids) == 1 and ids[0] != unk:
-            return int(ids[0])
-    pieces = tokenizer.tokenize(word)
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1 and ids[0] != unk:
+        return int(ids[0])
+    pieces = tokenizer.tokenize(" " + word)
     raise InputError(f"'{word}' is not one token of this model's vocabulary (it splits into {pieces})")
 
 
