@@ -37,20 +37,35 @@ def estimate_seconds(L: int, n: int, layers: Optional[Iterable[int]] = None, wor
     return work * _SECONDS_PER_PAIR_EDGE / max(1, workers)
 
 
-def _layer_graph(Ares: np.ndarray, l: int):
-    """Graph of layers 0..l+1 (0-based layer l = graph level l+1) -> (igraph.Graph, capacities list)."""
+def _is_causal(Ares: np.ndarray) -> bool:
+    """True when no position attends to a later one (decoder attention): every capacity above the
+    diagonal is exactly 0, so (l, i) reaches only positions <= i and (0, j) is reached only from >= j."""
+    return not np.any(np.triu(Ares, 1))
+
+
+def _graph(Ares: np.ndarray, l: int, lo: int = 0, hi: Optional[int] = None):
+    """Graph of levels 0..l+1 (0-based layer l = graph level l+1) on positions lo..hi-1, edges with
+    capacity > 0 only -> (igraph.Graph, capacities list, width). Node (level m, position p) has id
+    m * width + (p - lo). Exact: a zero-capacity edge carries no flow, and in causal attention a
+    position outside j..i is unreachable from (l, i) or cannot reach (0, j)."""
     import igraph as ig
 
     n = Ares.shape[-1]
-    src, dst, cap = [], [], []
-    grid_i, grid_j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    for k in range(1, l + 2):  # edges from level k to level k-1, capacities A_k (array index k-1)
-        src.append((k * n + grid_i).ravel())
-        dst.append(((k - 1) * n + grid_j).ravel())
-        cap.append(Ares[k - 1].ravel())
-    edges = np.stack([np.concatenate(src), np.concatenate(dst)], 1)
-    g = ig.Graph(n=(l + 2) * n, edges=edges, directed=True)
-    return g, np.concatenate(cap).tolist()
+    hi = n if hi is None else hi
+    w = hi - lo
+    B = Ares[: l + 1, lo:hi, lo:hi]
+    lev, a, b = np.nonzero(B)
+    edges = np.empty((len(lev), 2), dtype=np.int64)
+    edges[:, 0] = (lev + 1) * w + a
+    edges[:, 1] = lev * w + b
+    g = ig.Graph(n=(l + 2) * w, edges=edges, directed=True)
+    return g, B[lev, a, b].tolist(), w
+
+
+def _layer_graph(Ares: np.ndarray, l: int):
+    """Graph of layers 0..l+1 (0-based layer l = graph level l+1) -> (igraph.Graph, capacities list)."""
+    g, cap, _ = _graph(Ares, l)
+    return g, cap
 
 
 def _pool(workers: int):
@@ -79,15 +94,16 @@ def _bounds(Al: np.ndarray, F_prev: np.ndarray, in_cap: np.ndarray):
     """Exact bounds on layer-l flows from layer l-1 flows -> (lower [n,n], upper [n,n]).
 
     Al [n,n] residual attention of layer l, F_prev [n(k), n(j)] raw flows from (l-1, k) to (0, j),
-    in_cap [n] capacity into each input node.
-    Upper: min(out-capacity of (l,i), in_cap_j, Σ_k min(Al[i,k], F_prev[k,j])) — every unit passes
+    in_cap [n] capacity into each input node, or [n(i), n(j)] the capacity into (0, j) from the
+    positions (l, i) can reach (causal attention: Σ_{k<=i} A_1[k, j]).
+    Upper: min(out-capacity of (l,i), in_cap, Σ_k min(Al[i,k], F_prev[k,j])) — every unit passes
     one first edge and then travels on from (l-1, k).
     Lower: a convex combination of feasible flows is feasible, so Σ_k y_k with y_k ≤ min(Al[i,k],
     F_prev[k,j]) and Σ_k y_k / F_prev[k,j] ≤ 1 is reachable: a fractional knapsack, taken greedily
     from the largest F_prev[k,j].
     """
     cap = np.minimum(Al[:, :, None], F_prev[None, :, :])  # [i, k, j]
-    upper = np.minimum(np.minimum(Al.sum(1)[:, None], in_cap[None, :]), cap.sum(1))
+    upper = np.minimum(np.minimum(Al.sum(1)[:, None], in_cap), cap.sum(1))
     order = np.argsort(-F_prev, axis=0, kind="stable")  # per j: k by decreasing flow
     Fs = np.take_along_axis(F_prev, order, 0)
     caps = np.take_along_axis(cap, np.broadcast_to(order[None], cap.shape), 1)
@@ -126,7 +142,8 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
             raise ValueError(f"layer {l} is outside 0..{L - 1}")
     top = max(want) if want else -1
     workers = default_workers() if workers is None else max(1, int(workers))
-    in_cap = Ares[0].sum(0)
+    # the cut around each input node; causal: only positions >= j reach it, <= i are reachable
+    in_cap = np.cumsum(Ares[0], 0) if _is_causal(Ares) else Ares[0].sum(0)
     F = np.empty((top + 1, n, n))
     solved = settled = 0
     total_work = sum(l + 1 for l in range(top + 1)) or 1
@@ -184,11 +201,34 @@ def _solve(Ares: np.ndarray, l: int, pairs: list, workers: int) -> list:
 
 
 def _pairs(Ares: np.ndarray, l: int, pairs: list) -> list:
-    """Raw max-flow values for 0-based layer l and (receiving i, input j) pairs."""
-    n = Ares.shape[-1]
-    g, cap = _layer_graph(Ares, l)
-    top = (l + 1) * n
-    return [g.maxflow_value(top + int(i), int(j), cap) for i, j in pairs]
+    """Raw max-flow values for 0-based layer l and (receiving i, input j) pairs.
+
+    Causal attention: one graph per input j on positions j..(largest i asked), since (l, i) reaches
+    only positions <= i and only positions >= j reach (0, j) (nodes that cannot reach the sink make
+    igraph's push-relabel slow, besides the size). Otherwise one graph of layers 0..l+1."""
+    if not pairs:
+        return []
+    if not _is_causal(Ares[: l + 1]):
+        g, cap, w = _graph(Ares, l)
+        top = (l + 1) * w
+        return [g.maxflow_value(top + int(i), int(j), cap) for i, j in pairs]
+    out = [0.0] * len(pairs)
+    by_sink: dict = {}
+    for idx, (i, j) in enumerate(pairs):
+        if int(i) >= int(j):
+            by_sink.setdefault(int(j), []).append((idx, int(i)))
+    for j, items in by_sink.items():
+        hi = max(i for _, i in items) + 1
+        g, cap, w = _graph(Ares, l, j, hi)
+        top = (l + 1) * w
+        for idx, i in items:
+            out[idx] = g.maxflow_value(top + i - j, 0, cap) if i > j else _column(Ares[: l + 1], i)
+    return out
+
+
+def _column(Ares: np.ndarray, i: int) -> float:
+    """Causal flow from (top, i) to (0, i): the only path is position i's own column."""
+    return float(Ares[:, i, i].min())
 
 
 def compute(trace, workers: Optional[int] = None, progress=None) -> Map:
