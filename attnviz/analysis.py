@@ -2,17 +2,38 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
+from .errors import LongInputWarning
 from .methods import METHODS
 from .methods import mixing as _mixing
 from .trace import DEFAULT_MAX_TOKENS, Trace, encode, trace as _trace, word_start_ids
 
 DEFAULT_METHODS = tuple(METHODS)
+
+
+def _long_input(n: int) -> Optional[str]:
+    """A note for texts longer than the usual cap: the maps' cost grows with n^2 and faster."""
+    if n <= DEFAULT_MAX_TOKENS:
+        return None
+    return (f"{n} tokens is more than the usual {DEFAULT_MAX_TOKENS}: the maps cost grows with n^2 (flow and "
+            f"atb_ff faster), about {(n / DEFAULT_MAX_TOKENS) ** 2:.0f}x the time and memory of a "
+            f"{DEFAULT_MAX_TOKENS}-token text, which can mean minutes and gigabytes; shorten the text or ask for fewer methods")
+
+
+def _nonfinite(maps: dict, mix: dict, pred: list) -> list:
+    """Names of the results that hold NaN or inf."""
+    bad = [m for m, mp in maps.items()
+           if not np.isfinite(mp.layer).all() or (mp.heads is not None and not np.isfinite(mp.heads).all())]
+    bad += [f"mixing {k}" for k, v in mix.items() if not np.isfinite(np.asarray(v, dtype=float)).all()]
+    if any(not np.isfinite(p) for _, p in pred):
+        bad.append("the prediction")
+    return bad
 
 
 @dataclass
@@ -31,6 +52,8 @@ class Analysis:
     disabled: dict = field(default_factory=dict)  # method -> reason
     timings: dict = field(default_factory=dict)
     trace: Optional[Trace] = field(default=None, repr=False)
+    after: str = ""  # causal models: the words after [MASK], not part of the input
+    blank: bool = False  # causal models: the text had a [MASK]; the prediction is the word that goes there
 
     @property
     def n_layers(self) -> int:
@@ -72,9 +95,12 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     timings = {}
     t0 = time.perf_counter()
     enc = encode(lm, text, max_tokens, target)
+    long_note = _long_input(len(enc.tokens))
+    if long_note:  # said before the work starts, not after minutes of it
+        warnings.warn(long_note, LongInputWarning, stacklevel=2)
     tr = _trace(lm, enc, dtype=dtype)
     timings["trace"] = time.perf_counter() - t0
-    notes = list(enc.notes)
+    notes = list(enc.notes) + ([long_note] if long_note else [])
     disabled = {}
     if not lm.decompositions_ok:
         reason = lm.disabled_reason
@@ -117,7 +143,14 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     if kind == "hidden":
         notes.append("this model has no output head: the target is the final hidden state at "
                      f"position {enc.target} ({enc.tokens[enc.target]})")
+    bad = _nonfinite(maps, mix, pred)
+    if bad:
+        why = (lm.check.reason if lm.check is not None and not lm.check.ok and "not finite" in (lm.check.reason or "")
+               else "the model's own outputs on this text are not finite" if not all(
+                   bool(torch.isfinite(h).all()) for h in tr.hidden_states)
+               else "the computation overflowed")
+        notes.append(f"values are not finite (NaN or inf) in {', '.join(bad)}: {why}")
     return Analysis(spec=lm.spec, text=enc.text, tokens=enc.tokens, special=enc.special, target=enc.target,
                     prediction=pred, output_kind=kind, maps=maps, mixing=mix,
                     trace_err=tr.max_rel_err, notes=notes, disabled=disabled, timings=timings,
-                    trace=tr if keep_trace else None)
+                    trace=tr if keep_trace else None, after=enc.after, blank=enc.blank)

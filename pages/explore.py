@@ -18,6 +18,12 @@ a = ui.analysis()
 if a is None:
     st.stop()
 
+# ---------------------------------------------------------------- what the model reads
+if a.blank:
+    st.markdown(f"**Model input:** {ui.plain(a.text)} **\\_\\_\\_** :gray[{ui.plain(a.after)}]",
+                help="A causal model reads left to right: it sees only the words before [MASK] and predicts "
+                     "the next word there. The greyed words after the blank are not part of its input.")
+
 # ---------------------------------------------------------------- prediction and notes
 left, right = st.columns([2, 3])
 with left:

