@@ -55,11 +55,60 @@ def read_data(spec: str, n: Optional[int] = None) -> list:
     return items if n is None else items[:n]
 
 
+def _at_least(flag: str, value: Optional[int], low: int = 1) -> None:
+    from .errors import InputError
+
+    if value is not None and value < low:
+        raise InputError(f"{flag} must be at least {low}, got {value}")
+
+
 def _threads(n: Optional[int]) -> None:
+    _at_least("--threads", n)
     if n:
         import torch
 
         torch.set_num_threads(n)
+
+
+def _quiet_loading() -> None:
+    """No "Loading weights" progress bar from transformers on the command line (downloads keep theirs)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+
+
+def check_out_file(out: str, flag: str = "--out") -> Path:
+    """--out FILE -> Path, refused with one line (before any work) when it cannot be written: empty,
+    a directory, under a file, or in a folder this process cannot create files in."""
+    import os
+    import tempfile
+
+    from .errors import InputError
+
+    if not out or not out.strip():
+        raise InputError(f"{flag} is empty: give a file name such as analysis.json")
+    p = Path(out).expanduser()
+    if p.is_dir():
+        raise InputError(f"{flag} '{out}' is a directory: give a file name, such as {p / 'analysis.json'}")
+    if out.endswith(("/", os.sep)):
+        raise InputError(f"{flag} '{out}' names a folder: give a file name")
+    anc = p.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise InputError(f"{flag} '{out}' is under '{anc}', which is a file, not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise InputError(f"{flag} '{out}' exists and cannot be written")
+    try:  # the real test: can a file be created there (also catches read-only file systems, even as root)
+        with tempfile.NamedTemporaryFile(dir=anc, prefix=".attnviz-write-check-"):
+            pass
+    except OSError as e:
+        raise InputError(f"{flag} '{out}' cannot be written: no new files can be created in '{anc}' "
+                         f"({e.strerror or e})") from None
+    return p
 
 
 def cmd_analyze(args) -> int:
@@ -67,6 +116,17 @@ def cmd_analyze(args) -> int:
     from . import export
 
     _threads(args.threads)
+    _at_least("--ig-steps", args.ig_steps)
+    _at_least("--max-tokens", args.max_tokens)
+    out = check_out_file(args.out)
+    if out.suffix == ".npz" and args.faithfulness:
+        raise attnviz.InputError("--faithfulness results are written as JSON: give an --out FILE.json")
+    try:  # bytes that are not UTF-8 reach us as lone surrogates (surrogateescape): say so before the load
+        args.text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise attnviz.InputError(f"--text is not valid UTF-8 (character {e.start + 1} is an undecodable byte); "
+                                 "check the terminal's encoding or pass the text as UTF-8") from None
+    _quiet_loading()
     lm = attnviz.load_model(args.model)
     methods = _csv(args.methods)
     if args.faithfulness:
@@ -74,12 +134,11 @@ def cmd_analyze(args) -> int:
 
         methods, _ = available_methods(lm, methods)
     a = attnviz.analyze(lm, args.text, methods=methods, target=args.target, max_tokens=args.max_tokens)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    bad, count = export.nonfinite(a)
     if out.suffix == ".npz":
-        if args.faithfulness:
-            raise attnviz.InputError("--faithfulness results are written as JSON: give an --out FILE.json")
         out.write_bytes(export.to_npz(a))
+        kept = "kept as they are and listed in its 'nonfinite' array"
     else:
         d = export.to_dict(a)
         if not args.heads:
@@ -89,13 +148,22 @@ def cmd_analyze(args) -> int:
             r = score_sentence(lm, a.text, methods=list(a.maps), baselines=_csv(args.baselines),
                                contrast=_csv(args.contrast), ig_steps=args.ig_steps, analysis=a, ig_tol=args.ig_tol or None,
                                max_tokens=args.max_tokens)
-            d["faithfulness"] = r.to_dict()
+            d["faithfulness"], fbad = export.finite_json(r.to_dict(), "faithfulness")
+            if fbad:
+                bad, count = bad + fbad, count + len(fbad)
+                d["nonfinite"] = d["nonfinite"] + fbad
+                d["notes"].append(export.nonfinite_note(fbad, len(fbad)))
         out.write_text(json.dumps(d, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+        kept = "written as null and listed under 'nonfinite'"
     pred = ", ".join(f"{t} {p:.3f}" for t, p in a.prediction[:3])
     print(f"{len(a.tokens)} tokens, target {a.target} ({a.tokens[a.target]})" + (f", prediction: {pred}" if pred else "")
           + f" -> {out}")
     for note in a.notes:
         print(f"note: {note}")
+    if bad:
+        why = next((n for n in a.notes if n.startswith("values are not finite")), "")
+        why = why.split(": ", 1)[1] if ": " in why else "see the notes"
+        print(f"warning: {count} values are not finite (NaN or inf), {kept} in {out}: {why}", file=sys.stderr)
     return 0
 
 
@@ -202,8 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .errors import AttnvizError
 
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except AttnvizError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -211,6 +279,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:  # unknown method / baseline names
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a write that fails after the checks (disk full, folder removed ...)
+        print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C anywhere: no traceback (the study says more itself)
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting stays quiet too
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -7,11 +7,16 @@ JSON layout (also the NPZ's "meta" entry, without the arrays):
    "maps": {name: {"layer": [L][n][n], "heads": [L][H][n][n] | null}}, "mixing": {name: [L][n]}}
 NPZ arrays: "maps/NAME/layer", "maps/NAME/heads", "mixing/NAME", "special", plus "meta" (the JSON
 above without maps and mixing, as a 0-d unicode array).
+
+Values that are not finite (NaN or inf: a broken model) are never written silently: "nonfinite" (in
+the JSON, the NPZ's meta and as an NPZ array) lists the keys that hold any, and a note says so; JSON
+writes each such value as null, NPZ keeps them as they are.
 """
 from __future__ import annotations
 
 import io
 import json
+import math
 
 import numpy as np
 
@@ -29,25 +34,105 @@ def _meta(a) -> dict:
             "methods": list(a.maps)}
 
 
+def _arrays(a) -> dict:
+    """key -> array for every map and mixing ratio (the NPZ keys)."""
+    out = {}
+    for name, m in a.maps.items():
+        out[f"maps/{name}/layer"] = np.asarray(m.layer)
+        if m.heads is not None:
+            out[f"maps/{name}/heads"] = np.asarray(m.heads)
+    for name, v in a.mixing.items():
+        out[f"mixing/{name}"] = np.asarray(v)
+    return out
+
+
+def _nonfinite_meta(a, d: dict) -> tuple:
+    """Adds "nonfinite" (keys holding NaN or inf) and a note to the meta dict d; -> (keys, count)."""
+    keys, count = [], 0
+    for key, arr in _arrays(a).items():
+        k = int(arr.size - np.isfinite(arr).sum())
+        if k:
+            keys.append(key)
+            count += k
+    for i, (_, p) in enumerate(a.prediction):
+        if not math.isfinite(p):
+            keys.append(f"prediction/{i}")
+            count += 1
+    if not math.isfinite(float(a.trace_err)):
+        keys.append("trace_err")
+        count += 1
+    d["nonfinite"] = keys
+    if keys:
+        d["notes"] = list(d["notes"]) + [nonfinite_note(keys, count)]
+    return keys, count
+
+
+def nonfinite(a) -> tuple:
+    """Analysis -> ([keys holding NaN or inf], number of such values)."""
+    return _nonfinite_meta(a, {"notes": []})
+
+
+def nonfinite_note(keys: list, count: int) -> str:
+    more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+    return (f"{count} values are not finite (NaN or inf) -- written as null in JSON, listed under 'nonfinite': "
+            f"{', '.join(keys[:4])}{more}")
+
+
+def _listed(x) -> list:
+    """array -> nested lists with null where a value is not finite."""
+    x = np.asarray(x, dtype=np.float64)
+    if np.isfinite(x).all():
+        return x.tolist()
+    return np.where(np.isfinite(x), x, None).tolist()
+
+
+def finite_json(obj, path: str = "") -> tuple:
+    """Any JSON-like object -> (the same with null for every non-finite float, [paths of those])."""
+    bad = []
+
+    def clean(x, p):
+        if isinstance(x, (float, np.floating)):
+            if math.isfinite(x):
+                return float(x)
+            bad.append(p)
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v, f"{p}/{k}") for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v, f"{p}/{i}") for i, v in enumerate(x)]
+        if isinstance(x, np.ndarray):
+            return clean(x.tolist(), p)
+        return x
+
+    return clean(obj, path), bad
+
+
 def to_dict(a) -> dict:
-    """Analysis -> plain dict of lists (JSON-ready); arrays keep full float64 precision."""
+    """Analysis -> plain dict of lists (JSON-ready: non-finite values are null, see "nonfinite");
+    arrays keep full float64 precision."""
     d = _meta(a)
-    d["maps"] = {name: {"layer": np.asarray(m.layer, dtype=np.float64).tolist(),
-                        "heads": None if m.heads is None else np.asarray(m.heads, dtype=np.float64).tolist()}
+    _nonfinite_meta(a, d)
+    d["prediction"] = [[t, p if math.isfinite(p) else None] for t, p in d["prediction"]]
+    d["trace_err"] = d["trace_err"] if math.isfinite(d["trace_err"]) else None
+    d["maps"] = {name: {"layer": _listed(m.layer), "heads": None if m.heads is None else _listed(m.heads)}
                  for name, m in a.maps.items()}
-    d["mixing"] = {name: np.asarray(v, dtype=np.float64).tolist() for name, v in a.mixing.items()}
+    d["mixing"] = {name: _listed(v) for name, v in a.mixing.items()}
     return d
 
 
 def to_json(a, indent=None) -> str:
-    """Analysis -> JSON text (non-ASCII tokens kept as they are)."""
-    return json.dumps(to_dict(a), ensure_ascii=False, indent=indent)
+    """Analysis -> strict JSON text (non-ASCII tokens kept as they are; never NaN or Infinity)."""
+    return json.dumps(to_dict(a), ensure_ascii=False, indent=indent, allow_nan=False)
 
 
 def to_npz(a) -> bytes:
-    """Analysis -> the bytes of a compressed .npz file."""
-    arrays = {"meta": np.array(json.dumps(_meta(a), ensure_ascii=False)),
-              "special": np.asarray(a.special, dtype=bool)}
+    """Analysis -> the bytes of a compressed .npz file (non-finite values kept, listed in "nonfinite")."""
+    meta = _meta(a)
+    keys, _ = _nonfinite_meta(a, meta)
+    meta, _ = finite_json(meta)
+    arrays = {"meta": np.array(json.dumps(meta, ensure_ascii=False, allow_nan=False)),
+              "special": np.asarray(a.special, dtype=bool),
+              "nonfinite": np.array(keys, dtype=str) if keys else np.zeros(0, dtype="<U1")}
     for name, m in a.maps.items():
         arrays[f"maps/{name}/layer"] = np.asarray(m.layer)
         if m.heads is not None:

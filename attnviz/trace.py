@@ -42,9 +42,21 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def encode(lm: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, target: Optional[int] = None) -> Encoded:
     """text -> Encoded; raises InputError with a one-line message for unusable text."""
-    if text is None or not str(text).strip():
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"the text is not valid UTF-8 (byte {e.start + 1} cannot be decoded)") from None
+    if text is not None and not isinstance(text, str):
+        raise InputError(f"the text must be a string, not {type(text).__name__}")
+    if text is None or not text.strip():
         raise InputError("the text is empty: type a sentence")
     text = str(text).strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates: also how Python passes undecodable argv bytes
+        raise InputError(f"the text is not valid UTF-8: character {e.start + 1} is a lone surrogate "
+                         "(an undecodable byte or half of a character pair); retype or paste it again") from None
     tok = lm.tokenizer
     notes = []
     mask_tok = getattr(tok, "mask_token", None)
@@ -257,19 +269,37 @@ def self_check(lm: LoadedModel, text: str = PROBE) -> SelfCheck:
         for li, r in enumerate(kept):
             mine = final if li == L - 1 else r["out"]
             per_layer.append(_rel(mine, hs[li + 1]))
-        attn_err = max(float((r["probs"] - a).abs().max()) for r, a in zip(kept, out.attentions))
+        attn_err = float(np.max([float((r["probs"] - a).abs().max()) for r, a in zip(kept, out.attentions)]))
         logits_err = None
         if lm.arch.head is not None and getattr(out, "logits", None) is not None:
             logits_err = _rel(lm.arch.head(final), out.logits)
-    worst = max(per_layer)
+    # NaN compares False with everything and max() skips it depending on order: np.max propagates it,
+    # and every test below is written "not err <= tol" so that NaN fails
+    worst = float(np.max(per_layer))
+    nonfinite = [name for name, t in _model_outputs(out) if not bool(torch.isfinite(t).all())]
     reason = None
-    if worst > CHECK_TOL:
+    if nonfinite:
+        more = f" and {len(nonfinite) - 3} more" if len(nonfinite) > 3 else ""
+        reason = (f"the model's own outputs are not finite (NaN or inf in {', '.join(nonfinite[:3])}{more}) "
+                  "on the probe sentence: its weights or its arithmetic are broken")
+    elif not worst <= CHECK_TOL:
         bad = int(np.argmax(per_layer))
         reason = (f"our recomputation of layer {bad + 1} differs from the model's own output by "
                   f"{per_layer[bad]:.1e} (relative; tolerance {CHECK_TOL:.0e})")
-    elif attn_err > CHECK_TOL:
+    elif not attn_err <= CHECK_TOL:
         reason = f"recomputed attention differs from the model's by {attn_err:.1e}"
-    elif logits_err is not None and logits_err > CHECK_TOL:
+    elif logits_err is not None and not logits_err <= CHECK_TOL:
         reason = f"recomputed output logits differ from the model's by {logits_err:.1e} (relative)"
     ok = reason is None
-    return SelfCheck(ok, max(worst, logits_err or 0.0), per_layer, attn_err, logits_err, reason)
+    err = float(np.max([worst, logits_err or 0.0])) if not nonfinite else float("nan")
+    return SelfCheck(ok, err, per_layer, attn_err, logits_err, reason)
+
+
+def _model_outputs(out):
+    """(name, tensor) for every output of the model's own forward: hidden states, attentions, logits."""
+    for k, h in enumerate(out.hidden_states):
+        yield ("the embeddings" if k == 0 else f"hidden states of layer {k}"), h
+    for k, a in enumerate(out.attentions):
+        yield f"attention of layer {k + 1}", a
+    if getattr(out, "logits", None) is not None:
+        yield "the logits", out.logits

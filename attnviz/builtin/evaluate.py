@@ -34,9 +34,9 @@ ORDINARY = PACKAGE_DATA / "ordinary_sentences.txt"
 def load(folder: Path):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    model = AutoModelForMaskedLM.from_pretrained(str(folder), attn_implementation="eager")
+    model = AutoModelForMaskedLM.from_pretrained(str(folder), attn_implementation="eager", trust_remote_code=False)
     model.eval()
-    return model, AutoTokenizer.from_pretrained(str(folder))
+    return model, AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
 
 
 @torch.no_grad()

