@@ -3,6 +3,7 @@
     attnviz analyze --model builtin:agreement --text "the keys to the cabinet [MASK] here ." --out a.json
     attnviz study --model builtin:agreement --data builtin:agreement --n 500 --out runs/agreement
     attnviz evaluate [ARGS]            # the built-in models' accuracy tables (attnviz.builtin.evaluate)
+    attnviz evaluate --model pkg:smollm2 --set real   # any masked or causal LM on the agreement/pronoun sets
 
 analyze writes the maps (JSON, or NPZ when FILE ends in .npz) and, with --faithfulness, the
 importance baselines and correlations. study runs the corpus faithfulness study: it is resumable
@@ -217,8 +218,7 @@ def cmd_study(args) -> int:
 def cmd_evaluate(args) -> int:
     from .builtin import evaluate
 
-    evaluate.main(list(args.rest))
-    return 0
+    return evaluate.main(list(args.rest))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_study)
 
-    e = sub.add_parser("evaluate", help="accuracy tables of the built-in models (python -m attnviz.builtin.evaluate)")
+    # every argument after 'evaluate' (options included) goes to attnviz.builtin.evaluate's own parser
+    e = sub.add_parser("evaluate", help="accuracy tables of the built-in models; --model SPEC --set real|grammar|handwritten|FILE "
+                       "for any masked or causal LM (attnviz evaluate -h)", prefix_chars="+", add_help=False)
     e.add_argument("rest", nargs=argparse.REMAINDER)
     e.set_defaults(func=cmd_evaluate)
     return ap
