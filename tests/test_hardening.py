@@ -179,6 +179,7 @@ def test_self_check_fails_on_nan(tokenizer, family):
     assert not lm.check.ok
     assert "not finite" in lm.check.reason and "\n" not in lm.check.reason
     assert not lm.decompositions_ok
+    assert "still works" not in lm.disabled_reason  # NaN attention does not "work" either
 
 
 def test_self_check_function_treats_nan_errors_as_failures(make_tiny, monkeypatch):

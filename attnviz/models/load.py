@@ -89,7 +89,8 @@ class LoadedModel:
         if self.arch is None:
             return f"decompositions are unavailable: {self.unsupported_reason}; raw attention still works"
         if self.check is not None and not self.check.ok:
-            return f"decompositions are disabled for this model: {self.check.reason}; raw attention still works"
+            still = "" if "not finite" in (self.check.reason or "") else "; raw attention still works"
+            return f"decompositions are disabled for this model: {self.check.reason}{still}"
         return None
 
     @property
