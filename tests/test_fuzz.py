@@ -1,10 +1,12 @@
 """Fuzzing the text input (hypothesis): whatever the text, analyze() and encode() either return finite
 results or raise one of the project's own errors (attnviz.errors), never anything else.
 
-Run with -s to see how many cases ran; derandomised, so every run tries the same cases."""
+Run with -s to see how many cases ran; derandomised, so every run tries the same cases
+(ATTNVIZ_FUZZ_CASES=N for more)."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from attnviz.errors import AttnvizError
 from attnviz.trace import encode
 
 AGREEMENT = Path(__file__).resolve().parents[1] / "assets" / "models" / "agreement"
-N_CASES = 150
+N_CASES = int(os.environ.get("ATTNVIZ_FUZZ_CASES", 150))  # more for a longer hunt
 
 WORDS = ["the", "keys", "to", "cabinet", "[MASK]", "[mask]", "[CLS]", "[SEP]", "[PAD]", "[UNK]", "<s>", "</s>",
          "<|endoftext|>", "is", "are", ".", ",", "🙂", "é", "ß", "\u200b", "\u202e", "\x00", "\t", "\n", "  ",
