@@ -2,7 +2,16 @@
 
 Resumable: with out_dir, each finished sentence is appended to out_dir/records.jsonl (flushed and
 fsynced) before the next starts, so a crash or Ctrl-C loses no finished sentence; a rerun with the
-same settings skips what is there. A half-written last line (a crash mid-write) is dropped.
+same settings skips what is there. A half-written last line (a crash mid-write) is dropped; other
+damaged lines are reported and their sentences scored again. One writer at a time: the folder is
+locked (DIR/.lock) while a study writes, and a second study into it is refused. config.json keeps the
+settings and the data's fingerprint (data.sha1: one per item), so other data or other settings in
+the same folder are refused; the same data with more items (a larger --n) extends the study.
+Records are keyed by position and text (i:sha1), and each key is written once.
+
+Engines: "local" (this process, one sentence after another) and "ray" (ray_engine: actors on a Ray
+cluster; the driver, holding the lock, is the only writer). Both compute each record with
+score_record, so the same settings and threads give the same bytes.
 """
 from __future__ import annotations
 
@@ -30,16 +39,49 @@ ABNAR_ZUIDEMA_TABLE1 = {"layers": (1, 3, 6), "attention": (0.69, -0.11, 0.29), "
                         "flow": (0.32, 0.70, 0.70)}
 
 
-def _item(s) -> dict:
+def _check_item(s) -> tuple:
+    """A raw study item -> (item dict, None), or (None, why it cannot be studied)."""
     if isinstance(s, str):
-        return {"text": s}
-    if not isinstance(s, dict) or "text" not in s:
-        raise InputError("each study item must be a sentence or a dict with a 'text' key")
-    return s
+        it = {"text": s}
+    elif isinstance(s, dict):
+        it = s
+    else:
+        return None, f"not a sentence or an object with a 'text' ({_json_type(s)})"
+    if "text" not in it:
+        return None, "no 'text'"
+    for k in ("text", "answer", "wrong"):
+        v = it.get(k)
+        if k != "text" and v is None:
+            continue
+        if not isinstance(v, str):
+            return None, f"'{k}' is not a string ({_json_type(v)})"
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return None, f"'{k}' is not valid Unicode (character {e.start + 1} is a lone surrogate)"
+    return it, None
+
+
+def _json_type(v) -> str:
+    if v is None:
+        return "null"
+    return {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "an object",
+            str: "a string"}.get(type(v), type(v).__name__)
 
 
 def _key(i: int, text: str) -> str:
     return f"{i}:{hashlib.sha1(text.encode('utf-8')).hexdigest()[:12]}"
+
+
+def item_fingerprint(s) -> str:
+    """A raw study item (str, dict, or anything a data file holds) -> 16 hex digits naming its content."""
+    blob = json.dumps(s, sort_keys=True, ensure_ascii=True, default=repr)
+    return hashlib.sha1(blob.encode("ascii")).hexdigest()[:16]
+
+
+def data_fingerprint(fps: Sequence[str]) -> dict:
+    """Per-item fingerprints -> the data's entry in config.json: {"n_items", "sha1"}."""
+    return {"n_items": len(fps), "sha1": hashlib.sha1("\n".join(fps).encode("ascii")).hexdigest()}
 
 
 @dataclass
@@ -164,36 +206,257 @@ def _unnan(x) -> np.ndarray:
     return np.array([[[np.nan if v is None else v for v in row] for row in m] for m in x], dtype=np.float64)
 
 
-def _read_records(path: Path) -> list:
-    """Complete JSON lines of records.jsonl; a half-written last line is cut off the file."""
+def _record_problem(rec, n_methods: int, n_baselines: int, n_layers: Optional[int] = None) -> Optional[str]:
+    """Why a parsed line of records.jsonl is not a usable record (None when it is)."""
+    if not isinstance(rec, dict):
+        return f"not a record ({_json_type(rec)})"
+    key, i = rec.get("key"), rec.get("i")
+    if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+        return "no sentence number 'i'"
+    if not isinstance(key, str) or not key.startswith(f"{i}:"):
+        return "no valid 'key'"
+    if not isinstance(rec.get("text"), str):
+        return "no 'text'"
+    if "error" in rec:
+        return None if isinstance(rec["error"], str) else "'error' is not text"
+    if not isinstance(rec.get("f0"), (int, float)) or isinstance(rec.get("f0"), bool):
+        return "no 'f0'"
+    for k in ("rho", "tau"):
+        try:
+            a = _unnan(rec[k])
+        except (KeyError, TypeError, ValueError):
+            return f"no valid '{k}'"
+        if a.ndim != 3 or a.shape[0] != n_methods or a.shape[2] != n_baselines or \
+                (n_layers is not None and a.shape[1] != n_layers):
+            return f"'{k}' has the wrong shape {list(a.shape)}"
+    return None
+
+
+def _read_records(path: Path, n_methods: int, n_baselines: int, n_layers: Optional[int] = None,
+                  repair: bool = False) -> tuple:
+    """records.jsonl -> (usable records in file order, [(line number, why damaged)]).
+
+    A half-written last line (a crash mid-write) is ignored; with repair (only by the holder of the
+    folder's lock) it is also cut off the file so the next append starts on a fresh line. Other
+    damaged lines (bytes that are not UTF-8, not JSON, not a record) are reported and skipped; the
+    file is not changed, so a damaged line's sentence is simply scored again."""
     if not path.exists():
-        return []
+        return [], []
     data = path.read_bytes()
     good_end = data.rfind(b"\n") + 1
     if good_end < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(good_end)
+        if repair:
+            with open(path, "r+b") as f:
+                f.truncate(good_end)
         data = data[:good_end]
-    recs = []
-    for line in data.splitlines():
-        try:
-            recs.append(json.loads(line))
-        except json.JSONDecodeError:
+    recs, damaged = [], []
+    for no, raw in enumerate(data.split(b"\n")[:-1], 1):
+        if not raw.strip():
             continue
-    return recs
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            damaged.append((no, f"bytes that are not UTF-8 (at byte {e.start + 1})"))
+            continue
+        except json.JSONDecodeError:
+            damaged.append((no, "not JSON"))
+            continue
+        why = _record_problem(rec, n_methods, n_baselines, n_layers)
+        if why:
+            damaged.append((no, why))
+        else:
+            recs.append(rec)
+    return recs, damaged
+
+
+def _damage_note(path: Path, damaged: list) -> str:
+    shown = "; ".join(f"line {no}: {why}" for no, why in damaged[:5])
+    more = f"; and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    return (f"{path}: {len(damaged)} damaged line{'s' if len(damaged) > 1 else ''} skipped ({shown}{more}); "
+            "their sentences are scored again")
+
+
+class FolderLock:
+    """An exclusive lock on a study folder (flock on DIR/.lock): one writer at a time.
+
+    The kernel drops the lock when the holder exits in any way (also SIGKILL), so a crashed study
+    never leaves a stale lock behind. The file names the holder for the message a second writer gets."""
+
+    def __init__(self, out: Path):
+        import fcntl
+        import socket
+
+        self.path = out / ".lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 500, 0).decode("utf-8", "replace").strip()
+            os.close(self.fd)
+            raise AttnvizError(f"another study is writing into {out} ({holder or 'holder unknown'}): wait for it "
+                               "to finish or stop it, or give another output folder") from None
+        except OSError as e:
+            os.close(self.fd)
+            raise AttnvizError(f"cannot lock {out} ({e.strerror or e}): a study needs a folder on a file system "
+                               "with file locks") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, (f"process {os.getpid()} on {socket.gethostname()}, since "
+                            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n").encode("utf-8"), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor releases the flock
+            self.fd = None
+
+
+class StudyFolder:
+    """out_dir while a study writes into it: locked, settings and data checked, records read and appended.
+
+    Files: config.json (the settings and the data's fingerprint), data.sha1 (one fingerprint per item,
+    the longest list seen), records.jsonl (one JSON line per finished sentence, fsynced), .lock."""
+
+    def __init__(self, out_dir, settings: dict, fps: Sequence[str], keys: Sequence[Optional[str]], resume: bool,
+                 n_layers: int):
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise AttnvizError(f"the output folder {out} is a file: give a folder (it is created if missing)")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AttnvizError(f"cannot create the output folder {out}: {e.strerror or e}") from None
+        self.out = out
+        self.lock = FolderLock(out)
+        try:
+            self._open(settings, list(fps), list(keys), resume, n_layers)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, settings, fps, keys, resume, n_layers):
+        out = self.out
+        self.cfg_path, self.rec_path, self.fps_path = out / "config.json", out / "records.jsonl", out / "data.sha1"
+        self.done, self.damaged, self.notes = {}, [], []
+        mine = {k: v for k, v in settings.items() if k != "data"}
+        if self.cfg_path.exists() and resume:
+            try:
+                old = json.loads(self.cfg_path.read_text(encoding="utf-8"))
+                if not isinstance(old, dict):
+                    raise ValueError
+            except (ValueError, UnicodeDecodeError):
+                raise AttnvizError(f"{self.cfg_path} is damaged: use another output folder, or start afresh "
+                                   "(--fresh)") from None
+            theirs = {k: v for k, v in old.items() if k != "data"}
+            if theirs != mine:
+                diff = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
+                raise AttnvizError(f"{out} holds a study with other settings ({', '.join(diff)}): "
+                                   "use another output folder, or start afresh")
+            old_fps = self._read_fps()
+            k = next((j for j, (a, b) in enumerate(zip(old_fps, fps)) if a != b), None)
+            recs, self.damaged = _read_records(self.rec_path, len(settings["methods"]), len(settings["baselines"]),
+                                               n_layers, repair=True)
+            if k is None:  # old folders without data.sha1: the records' keys must match the items
+                k = next((r["i"] for r in recs if r["i"] < len(keys) and keys[r["i"]] is not None
+                          and r["key"] != keys[r["i"]]), None)
+            if k is not None:
+                raise AttnvizError(f"{out} holds a study of other data (item {k} differs; the folder's data has "
+                                   f"{len(old_fps) or 'unknown'} items, this one {len(fps)}): use another output "
+                                   "folder, or start afresh")
+            for r in recs:
+                self.done.setdefault(r["key"], r)
+            if self.damaged:
+                self.notes.append(_damage_note(self.rec_path, self.damaged))
+            if len(fps) > len(old_fps):  # the same data, more of it (a larger --n): remember the longer list
+                self._write_fps(fps)
+                self._write_cfg(settings, fps)
+        else:
+            for p in (self.rec_path, self.fps_path):
+                if p.exists():
+                    p.unlink()
+            self._write_fps(fps)
+            self._write_cfg(settings, fps)
+
+    def _read_fps(self) -> list:
+        if not self.fps_path.exists():
+            return []
+        return self.fps_path.read_text(encoding="ascii", errors="replace").split()
+
+    def _write_fps(self, fps):
+        tmp = self.fps_path.with_suffix(".tmp")
+        tmp.write_text("".join(f + "\n" for f in fps), encoding="ascii")
+        os.replace(tmp, self.fps_path)
+
+    def _write_cfg(self, settings, fps):
+        tmp = self.cfg_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(settings, data=data_fingerprint(fps)), indent=1), encoding="utf-8")
+        os.replace(tmp, self.cfg_path)
+
+    def append(self, recs: Sequence[dict]) -> list:
+        """Append records not already on file (one write, flushed and fsynced) -> the ones written."""
+        new = [r for r in recs if r["key"] not in self.done]
+        if new:
+            with open(self.rec_path, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r, allow_nan=False) + "\n" for r in new))
+                f.flush()
+                os.fsync(f.fileno())
+            for r in new:
+                self.done[r["key"]] = r
+        return new
+
+    def close(self) -> None:
+        self.lock.release()
+
+
+def score_record(lm, i: int, key: str, item: dict, settings: dict) -> dict:
+    """One checked item -> its record (the same function for every engine, so the same numbers)."""
+    use_contrast = settings["use_contrast"]
+    contrast = (item["answer"], item["wrong"]) if use_contrast and item.get("answer") and item.get("wrong") else None
+    try:
+        res = score_sentence(lm, item["text"], methods=settings["methods"], baselines=settings["baselines"],
+                             contrast=contrast, ig_steps=settings["ig_steps"], include_target=settings["include_target"],
+                             max_tokens=settings["max_tokens"], flow_workers=1, ig_tol=settings["ig_tol"])
+    except InputError as e:
+        return dict(key=key, i=i, text=item["text"], error=str(e))
+    c = res.correlations
+    return dict(key=key, i=i, text=item["text"], n_tokens=len(res.importance.tokens), f0=res.importance.f0,
+                contrast=contrast is not None, ig_rel=res.importance.ig.get("completeness_rel"),
+                ig_steps=res.importance.ig.get("steps"), rho=_nanlist(c.rho), tau=_nanlist(c.tau))
+
+
+ENGINES = ("local", "ray")
 
 
 def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, baselines: Optional[Sequence[str]] = None,
           ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False, use_contrast: bool = True,
           out_dir=None, resume: bool = True, max_tokens: int = 128,
-          progress: Optional[Callable[[int, int], None]] = None, ig_tol: Optional[float] = None) -> StudyResult:
+          progress: Optional[Callable[[int, int], None]] = None, ig_tol: Optional[float] = None,
+          engine: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
+          gpus_per_worker: float = 0, threads: Optional[int] = None, batch_size: Optional[int] = None) -> StudyResult:
     """Model + sentences (str, or dicts with text and optional answer / wrong) -> StudyResult.
 
     The target is p(answer) - p(wrong) for items that name both (use_contrast), else the model's
     prediction (module importance). With out_dir the study is resumable (module docstring).
-    """
+    Items that cannot be studied (no text, text not a string or not valid Unicode) are skipped and
+    listed in .skipped. progress(done, total) is called with the count taken from an earlier run
+    first, then after each finished sentence (or batch of sentences, on Ray).
+
+    engine="ray" scores the sentences on a Ray cluster (attnviz.faithfulness.ray_engine): address
+    HOST:PORT of a running cluster (None: a local one is started), workers actors (default: as many as
+    the cluster's CPUs / threads allow), each loading the model (lm.spec) once and using threads torch
+    threads (default 1) and gpus_per_worker GPUs; batch_size sentences per task. The records, the
+    folder format and the resume are the local engine's."""
     t_start = time.perf_counter()
-    items = [_item(s) for s in sentences]
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    for name, v in (("ig_steps", ig_steps), ("max_tokens", max_tokens), ("workers", workers), ("threads", threads),
+                    ("batch_size", batch_size)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise InputError(f"{name} must be a whole number of at least 1, got {v!r}")
+    if not isinstance(gpus_per_worker, (int, float)) or gpus_per_worker < 0:
+        raise InputError(f"gpus_per_worker must be at least 0, got {gpus_per_worker!r}")
+    sentences = list(sentences)
+    checked = [_check_item(s) for s in sentences]
+    fps = [item_fingerprint(s) for s in sentences]
+    keys = [None if it is None else _key(i, it["text"]) for i, (it, _) in enumerate(checked)]
     methods, left_out = available_methods(lm, STUDY_METHODS if methods is None else methods)
     baselines = list(BASELINES if baselines is None else baselines)
     unknown = [b for b in baselines if b not in BASELINES]
@@ -207,77 +470,90 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
     settings = dict(model=lm.spec, methods=methods, baselines=baselines, ig_steps=int(ig_steps),
                     ig_tol=None if ig_tol is None else float(ig_tol),
                     include_target=bool(include_target), use_contrast=bool(use_contrast), max_tokens=int(max_tokens))
-    done = {}
-    rec_path = None
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        cfg_path, rec_path = out / "config.json", out / "records.jsonl"
-        if cfg_path.exists() and resume:
-            old = json.loads(cfg_path.read_text(encoding="utf-8"))
-            if old != settings:
-                diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-                raise AttnvizError(f"{out} holds a study with other settings ({', '.join(diff)}): "
-                                   "use another output folder, or start afresh")
-            for r in _read_records(rec_path):
-                done[r["key"]] = r
-        else:
-            if rec_path.exists():
-                rec_path.unlink()
-            cfg_path.write_text(json.dumps(settings, indent=1), encoding="utf-8")
-    total = len(items)
-    rho, tau, records, skipped = [], [], [], []
-    resumed = 0
     n_layers = lm.n_layers
-    if progress:
-        progress(0, total)
-    for i, it in enumerate(items):
-        key = _key(i, it["text"])
-        rec = done.get(key)
-        if rec is not None:
-            resumed += 1
-        else:
-            contrast = (it["answer"], it["wrong"]) if use_contrast and it.get("answer") and it.get("wrong") else None
-            try:
-                res = score_sentence(lm, it["text"], methods=methods, baselines=baselines, contrast=contrast,
-                                     ig_steps=ig_steps, include_target=include_target, max_tokens=max_tokens,
-                                     flow_workers=1, ig_tol=ig_tol)
-                c = res.correlations
-                rec = dict(key=key, i=i, text=it["text"], n_tokens=len(res.importance.tokens), f0=res.importance.f0,
-                           contrast=contrast is not None, ig_rel=res.importance.ig.get("completeness_rel"),
-                           ig_steps=res.importance.ig.get("steps"),
-                           rho=_nanlist(c.rho), tau=_nanlist(c.tau))
-            except InputError as e:
-                rec = dict(key=key, i=i, text=it["text"], error=str(e))
-            if rec_path is not None:
-                with open(rec_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(rec, allow_nan=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+    folder = None if out_dir is None else StudyFolder(out_dir, settings, fps, keys, resume, n_layers)
+    try:
+        done = {} if folder is None else folder.done
+        if folder is not None:
+            notes.extend(folder.notes)
+        todo = [(i, keys[i], it) for i, (it, _) in enumerate(checked) if it is not None and keys[i] not in done]
+        total = len(sentences)
+        resumed = sum(1 for k in keys if k is not None and k in done)
+        count = [total - len(todo)]
+        if progress:
+            progress(count[0], total)
+
+        def finished(recs):
+            if folder is not None:
+                folder.append(recs)  # also enters them in done
+            for r in recs:
+                done.setdefault(r["key"], r)
+            count[0] += len(recs)
+            if progress:
+                progress(count[0], total)
+
+        if engine == "local":
+            for i, key, it in todo:
+                finished([score_record(lm, i, key, it, settings)])
+        elif todo:
+            from .ray_engine import run_on_ray
+
+            run_on_ray(lm, todo, settings, finished, address=address, workers=workers,
+                       gpus_per_worker=gpus_per_worker, threads=threads, batch_size=batch_size, notes=notes)
+    finally:
+        if folder is not None:
+            folder.close()
+    rho, tau, records, skipped = [], [], [], []
+    for i, (it, why) in enumerate(checked):
+        if it is None:
+            skipped.append((i, why))
+            continue
+        rec = done[keys[i]]
         if "error" in rec:
             skipped.append((i, rec["error"]))
-        else:
-            rho.append(_unnan(rec["rho"]))
-            tau.append(_unnan(rec["tau"]))
-            records.append({k: v for k, v in rec.items() if k not in ("rho", "tau")})
-        if progress:
-            progress(i + 1, total)
+            continue
+        rho.append(_unnan(rec["rho"]))
+        tau.append(_unnan(rec["tau"]))
+        records.append({k: v for k, v in rec.items() if k not in ("rho", "tau")})
     shape = (0, len(methods), n_layers, len(baselines))
     R = np.stack(rho) if rho else np.zeros(shape)
     T = np.stack(tau) if tau else np.zeros(shape)
+    settings = dict(settings, data=data_fingerprint(fps))
     return StudyResult(methods, baselines, n_layers, R, T, records, skipped, settings, left_out, resumed,
                        time.perf_counter() - t_start, notes)
 
 
 def load_study(out_dir) -> StudyResult:
-    """A (possibly unfinished) study from out_dir/config.json and records.jsonl, without the model."""
+    """A (possibly unfinished) study from out_dir/config.json and records.jsonl, without the model.
+
+    Read only (no lock: a study may be writing); each sentence is counted once (a record whose key
+    was seen before is left out and counted in the notes); damaged lines are skipped and reported."""
     out = Path(out_dir)
     cfg_path = out / "config.json"
     if not cfg_path.exists():
         raise AttnvizError(f"{out} holds no study (no config.json)")
-    settings = json.loads(cfg_path.read_text(encoding="utf-8"))
+    try:
+        settings = json.loads(cfg_path.read_text(encoding="utf-8"))
+        methods, baselines = list(settings["methods"]), list(settings["baselines"])
+    except (ValueError, UnicodeDecodeError, TypeError, KeyError):
+        raise AttnvizError(f"{cfg_path} is damaged") from None
+    recs, damaged = _read_records(out / "records.jsonl", len(methods), len(baselines))
+    notes = [_damage_note(out / "records.jsonl", damaged)] if damaged else []
+    seen, unique = set(), []
+    for r in recs:
+        if r["key"] not in seen:
+            seen.add(r["key"])
+            unique.append(r)
+    if len(unique) < len(recs):
+        notes.append(f"{len(recs) - len(unique)} repeated records of the same sentences left out "
+                     "(each sentence counted once)")
+    Ls = [len(r["rho"][0]) for r in unique if "error" not in r]
+    if Ls and any(L != Ls[0] for L in Ls):  # one number of layers: the first record's
+        n = len(unique)
+        unique = [r for r in unique if "error" in r or len(r["rho"][0]) == Ls[0]]
+        notes.append(f"{n - len(unique)} records with another number of layers left out")
     rho, tau, records, skipped = [], [], [], []
-    for rec in sorted(_read_records(out / "records.jsonl"), key=lambda r: r["i"]):
+    for rec in sorted(unique, key=lambda r: r["i"]):
         if "error" in rec:
             skipped.append((rec["i"], rec["error"]))
             continue
@@ -287,4 +563,4 @@ def load_study(out_dir) -> StudyResult:
     if not rho:
         raise AttnvizError(f"{out} holds no finished sentence yet")
     R, T = np.stack(rho), np.stack(tau)
-    return StudyResult(settings["methods"], settings["baselines"], R.shape[2], R, T, records, skipped, settings)
+    return StudyResult(methods, baselines, R.shape[2], R, T, records, skipped, settings, notes=notes)
