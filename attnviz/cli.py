@@ -170,38 +170,68 @@ def cmd_analyze(args) -> int:
 
 def cmd_study(args) -> int:
     import attnviz
+    from .errors import InputError
     from .faithfulness import study
 
     _threads(args.threads)
+    for flag, v in (("--n", args.n), ("--ig-steps", args.ig_steps), ("--max-tokens", args.max_tokens),
+                    ("--workers", args.workers), ("--batch-size", args.batch_size)):
+        _at_least(flag, v)
+    if args.gpus_per_worker is not None and not args.gpus_per_worker >= 0:
+        raise InputError(f"--gpus-per-worker must be at least 0, got {args.gpus_per_worker}")
+    if args.engine != "ray":
+        given = [f for f, v in (("--address", args.address), ("--workers", args.workers),
+                                ("--gpus-per-worker", args.gpus_per_worker), ("--batch-size", args.batch_size))
+                 if v is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} only apply with --engine ray")
+    if not args.out or not args.out.strip():
+        raise InputError("--out is empty: give a folder for the study (it is created if missing)")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise InputError(f"--out '{args.out}' is a file: give a folder for the study (it is created if missing)")
+    if args.address:  # an unreachable cluster is said within seconds, before the model loads
+        from .faithfulness.ray_engine import check_address
+
+        check_address(args.address)
     items = read_data(args.data, args.n)
+    _quiet_loading()
     lm = attnviz.load_model(args.model)
     bar = None
-    if not args.quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(items), unit="sentence", file=sys.stderr)
 
     def progress(done, total):
-        if bar is not None:
-            bar.n = done
-            bar.refresh()
+        nonlocal bar
+        if args.quiet:
+            return
+        if bar is None:  # started at what an earlier run finished, so the rate and ETA count new work only
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, initial=done, unit="sentence", file=sys.stderr, smoothing=0.1)
+        else:
+            bar.update(done - bar.n)
 
     try:
         res = study(lm, items, methods=_csv(args.methods), baselines=_csv(args.baselines), ig_steps=args.ig_steps,
                     ig_tol=args.ig_tol or None,
                     include_target=args.include_target, use_contrast=not args.no_contrast, out_dir=args.out,
-                    resume=not args.fresh, max_tokens=args.max_tokens, progress=progress)
+                    resume=not args.fresh, max_tokens=args.max_tokens, progress=progress, engine=args.engine,
+                    address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker or 0,
+                    threads=args.threads, batch_size=args.batch_size)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
         print(f"\ninterrupted: the finished sentences are saved in {args.out}; run the same command again "
               "to resume", file=sys.stderr)
         return 130
-    if bar is not None:
-        bar.close()
+    finally:
+        if bar is not None:
+            bar.close()
     paths = res.write(args.out, png=args.png)
     print(f"{res.n_sentences} sentences ({res.resumed} from an earlier run, {len(res.skipped)} skipped) "
           f"in {res.seconds:.1f} s; model {lm.spec}")
+    for i, why in res.skipped[:10]:
+        print(f"skipped item {i}: {why}")
+    if len(res.skipped) > 10:
+        print(f"... and {len(res.skipped) - 10} more skipped items (listed in summary.json)")
     acc = res.accuracy()
     if acc is not None:
         print(f"model accuracy on these items (p(answer) > p(wrong)): {acc:.3f}")
@@ -257,8 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     s.add_argument("--png", action="store_true", help="also write summary.png (needs kaleido + chromium)")
     s.add_argument("--max-tokens", type=int, default=128)
-    s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--threads", type=int, default=None, help="torch threads (per worker with --engine ray; default 1 there)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this process (default); ray: actors on a Ray cluster (pip install 'attnviz[ray]')")
+    s.add_argument("--address", default=None,
+                   help="with --engine ray: HOST:PORT of a running cluster's head (default: start a local one)")
+    s.add_argument("--workers", type=int, default=None,
+                   help="with --engine ray: actors, each loading the model once (default: the cluster's CPUs / threads)")
+    s.add_argument("--gpus-per-worker", type=float, default=None, help="with --engine ray: GPUs per actor (default 0)")
+    s.add_argument("--batch-size", type=int, default=None, help="with --engine ray: sentences per task (default: automatic)")
     s.set_defaults(func=cmd_study)
 
     # every argument after 'evaluate' (options included) goes to attnviz.builtin.evaluate's own parser
