@@ -64,6 +64,9 @@ def test_agreement_set_balance_and_labels():
     kinds = Counter("be/have" if (min(p), max(p)) in {tuple(sorted(v)) for v in VERB_PAIRS} else "lexical"
                     for p in ((it["answer"], it["wrong"]) for it in items))
     assert kinds["lexical"] >= 30, kinds
+    styles = Counter((it["style"], it["n_attractors"]) for it in items)
+    assert {st for st, _ in styles} == {"plain", "news"}
+    assert all(styles["news", k] >= 10 for k in range(5)), styles  # news style spans 0-4 attractors too
 
 
 def test_pronoun_set_balance_and_labels():

@@ -28,7 +28,7 @@ mapped to one vocabulary id by the contrast rule of the faithfulness baselines
 word-initial tokens on a causal model). Items are batched (right padding for masked LMs; left
 padding with position ids counted over the real tokens for causal LMs, so every row ends at its
 target). Also reported per set: the share of words the tokenizer turns into [UNK] or splits into
-pieces. In the real sets, n_attractors counts the nouns between the subject and the verb whose
+pieces. Items with a "style" field are also reported by style. In the real sets, n_attractors counts the nouns between the subject and the verb whose
 number differs from the subject's (agreement), and the names and gendered nouns of another gender
 or number than the antecedent before [MASK] (pronouns).
 """
@@ -517,8 +517,18 @@ def evaluate_file(lm, path: Path, batch_size: int = 32, limit: int | None = None
         for it, p in tk:
             by_a[it.get("n_attractors", "?")].append(p)
             by_c[it.get("construction", "?")].append(p)
+        styles = sorted({it["style"] for it, _ in tk if "style" in it})
+        by_s = {}
+        for st in styles if len(styles) > 1 else []:
+            sel = [(it, p) for it, p in tk if it.get("style") == st]
+            a = defaultdict(list)
+            for it, p in sel:
+                a[it.get("n_attractors", "?")].append(p)
+            by_s[st] = {"all": _acc([p for _, p in sel]),
+                        "by_attractors": {str(k): _acc(v) for k, v in sorted(a.items(), key=lambda kv: str(kv[0]))}}
         out["tasks"][task] = {
             "all": _acc([p for _, p in tk]),
+            "by_style": by_s,
             "by_attractors": {str(k): _acc(v) for k, v in sorted(by_a.items(), key=lambda kv: str(kv[0]))},
             "by_construction": {k: _acc(v) for k, v in sorted(by_c.items())},
             "missed": [{"text": it["text"], "answer": it["answer"], "wrong": it["wrong"],
@@ -573,12 +583,13 @@ def spec_report(res: dict, missed: bool = False) -> str:
         lines += ["| task | n | accuracy (%) | top-1 (%) | " + " | ".join(f"{k} attr." for k in keys) + " |",
                   "|---|---:|---:|---:|" + "---:|" * len(keys)]
         for task, t in s["tasks"].items():
-            cells = []
-            for k in keys:
-                v = t["by_attractors"].get(k)
-                cells.append("–" if v is None else f"{_pct(v['acc'])} ({v['n']})")
-            lines.append(f"| {task} | {t['all']['n']} | {_pct(t['all']['acc'])} | {_pct(t['all']['top1'])} | "
-                         + " | ".join(cells) + " |")
+            for label, g in [(task, t)] + [(f"{task}, {st} style", v) for st, v in t.get("by_style", {}).items()]:
+                cells = []
+                for k in keys:
+                    v = g["by_attractors"].get(k)
+                    cells.append("–" if v is None else f"{_pct(v['acc'])} ({v['n']})")
+                lines.append(f"| {label} | {g['all']['n']} | {_pct(g['all']['acc'])} | {_pct(g['all']['top1'])} | "
+                             + " | ".join(cells) + " |")
         lines.append("")
         if missed:
             for task, t in s["tasks"].items():
