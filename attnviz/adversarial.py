@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from .errors import AttnvizError, InputError
 from .models.families import Norm
 from .models.forward import _rotate_half, apply_norm, rope_for, run_layers
-from .trace import DEFAULT_MAX_TOKENS, Encoded, Trace, encode
+from .trace import DEFAULT_MAX_TOKENS, Encoded, Trace, encode, word_start_ids
 
 LN2 = math.log(2.0)
 # λ grid: 0 plus 15 values from 1e-3 to 10^1.5 (the frontier's slope dTVD/dJSD at its optimum is λ)
@@ -678,7 +678,15 @@ def best_per_lambda(jsd_v: np.ndarray, tvd_v: np.ndarray, lambdas: np.ndarray) -
     return out
 
 
-def _topk(probs: torch.Tensor, k: int):
+def _topk(probs: torch.Tensor, k: int, pb: Optional["Problem"] = None):
+    """probs [B, V] -> (ids [B, k], probabilities [B, k]); over word-initial tokens only when pb's
+    text had a [MASK] blank on a causal model (as analyze ranks its prediction)."""
+    allowed = word_start_ids(pb.lm) if pb is not None and pb.enc.blank and pb.output_kind == "token" else None
+    if allowed is not None and len(allowed):
+        ids = torch.as_tensor(allowed)
+        k = min(k, len(ids))
+        v, i = probs[..., ids].topk(k, dim=-1)
+        return ids[i].numpy(), v.float().numpy()
     k = min(k, probs.shape[-1])
     v, i = probs.topk(k, dim=-1)
     return i.numpy(), v.float().numpy()
@@ -771,7 +779,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
         rec_lam.append(lam_b.numpy())
         rec_rs.append(restart_b)
         rec_step.append(np.full(len(restart_b), s))
-        ti, tp = _topk(probs.detach(), top_k)
+        ti, tp = _topk(probs.detach(), top_k, pb)
         rec_ti.append(ti)
         rec_tp.append(tp)
 
@@ -820,7 +828,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
         progress("baselines", 1.0)
     # point 0: the original
     with torch.no_grad():
-        ti0, tp0 = _topk(pb.y0.unsqueeze(0), top_k)
+        ti0, tp0 = _topk(pb.y0.unsqueeze(0), top_k, pb)
     jsd_v = np.concatenate([[0.0]] + rec_j)
     tvd_v = np.concatenate([[0.0]] + rec_t)
     alpha_v = np.concatenate([pb.alpha0.float().numpy()[None]] + rec_alpha)
@@ -888,7 +896,7 @@ def jain_wallace(lm, text, site: Site, eps: float = JW_EPS, accept: float = JW_A
     jv, tv = j.numpy(), t.numpy()
     acc = tv <= accept
     best = int(np.argmax(np.where(acc, jv, -1.0))) if acc.any() else -1
-    ti, tp = _topk(probs, top_k)
+    ti, tp = _topk(probs, top_k, pb)
     return JWResult(site=site, eps=eps, accept=accept, alpha=alpha.float().numpy(), jsd=jv, tvd=tv,
                     accepted=acc, best=best, best_jsd=float(jv[best]) if best >= 0 else 0.0,
                     top_idx=ti, top_p=tp, top_labels=_labels_for(pb, [ti]), steps=steps, lr=lr,
@@ -930,7 +938,7 @@ def seed_baseline(lm, others: Sequence, text, site: Site, target: Optional[int] 
             raise InputError(f"{other.spec} has a different output space from {lm.spec}")
         j = float(jsd(pb.alpha0.numpy(), ref.alpha0.numpy()).mean())
         t = float(tvd(pb.y0.numpy(), ref.y0.numpy()))
-        ti, tp = _topk(pb.y0.unsqueeze(0), top_k)
+        ti, tp = _topk(pb.y0.unsqueeze(0), top_k, pb)
         out.append(SeedPoint(spec=other.spec, jsd=j, tvd=t,
                              top=[(pb.label_of(int(i)), float(p)) for i, p in zip(ti[0], tp[0])]))
     return out

@@ -35,9 +35,24 @@ def _style(fig: go.Figure) -> go.Figure:
 
 # ----------------------------------------------------------------------------------------- labels
 
+def readable_token(tok: str) -> str:
+    """A vocabulary entry as a person reads it: byte-level BPE entries ('Ġare', 'Ċ') decoded by the
+    tokenizers library's ByteLevel decoder, SentencePiece's word mark '▁' dropped, the leading space
+    of a word-initial token removed, newline and tab shown as ↵ and ⇥, a bare space as ␣. WordPiece
+    entries ('##s', '[CLS]') are kept as they are."""
+    t = str(tok)
+    if any(256 <= ord(c) <= 323 for c in t):  # GPT-2's byte-to-unicode table maps bytes there
+        from tokenizers.decoders import ByteLevel
+        t = ByteLevel().decode([t])
+    elif "▁" in t:
+        t = t.replace("▁", " ")
+    t = t.replace("\n", "↵").replace("\t", "⇥").strip(" ")
+    return t if t else ("␣" if str(tok) else "")
+
+
 def clean_token(tok: str) -> str:
-    """A token as plain, escaped text: plotly shows '<b>' literally, never as markup."""
-    return html.escape(str(tok), quote=False)
+    """A token as plain, escaped, readable text: plotly shows '<b>' literally, never as markup."""
+    return html.escape(readable_token(tok), quote=False)
 
 
 def token_labels(tokens: Sequence[str], positions: Optional[Sequence[int]] = None) -> list:

@@ -118,7 +118,7 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
         bar.progress(min(1.0, max(0.0, f)), text=f"{stage}: {100 * f:.0f} %")
 
     try:
-        _PENDING[key] = _compute(lm, enc.text, enc.target, ui.cap(), site, lambdas, steps, restarts, jw_steps,
+        _PENDING[key] = _compute(lm, ui.text(), enc.target, ui.cap(), site, lambdas, steps, restarts, jw_steps,
                                  tuple(seed_specs) if use_seeds else (), progress)
         cached(key)
     except (AttnvizError, InputError) as e:

@@ -41,8 +41,12 @@ with right:
     positions = list(range(len(a.tokens)))
     labels = plots.token_labels(a.tokens)
 
+    lm_ = ui.model()
+    auto = ("automatic (the word before [MASK], else the last token)" if lm_ is not None and lm_.task == "causal_lm"
+            else "automatic ([MASK], else the first token)")
+
     def _fmt(p):
-        return "automatic ([MASK], else the first token)" if p == ui.AUTO else labels[p]
+        return auto if p == ui.AUTO else labels[p]
 
     st.selectbox("Row to explain (target position)", [ui.AUTO] + positions, key="target", persist_state="session", format_func=_fmt,
                  help="The position whose prediction and row are shown. Automatic: the [MASK] token if "

@@ -130,9 +130,10 @@ def test_contrast_uses_word_initial_tokens(smol):
     from attnviz.faithfulness import importance
     imp = importance(smol, "the keys to the cabinet [MASK] on the table .", baselines=["blank_out"],
                      contrast=("are", "is"))
-    assert "'Ġare'" in imp.target.label and "'Ġis'" in imp.target.label
+    assert "'are'" in imp.target.label and "'is'" in imp.target.label and "(cabinet)" in imp.target.label
     ref = next_token_probs(smol, "the keys to the cabinet")
     tid = smol.tokenizer.convert_tokens_to_ids
+    assert imp.target.ids == (tid("Ġare"), tid("Ġis"))
     assert imp.f0 == pytest.approx(float(ref[tid("Ġare")] - ref[tid("Ġis")]), rel=1e-5)
     assert imp.f0 > 0
     assert any("<|endoftext|>" in n for n in imp.notes)  # what blank-out uses is said
@@ -202,3 +203,84 @@ def test_evaluate_command_runs_on_smollm2(tmp_path, capsys):
     assert s["tasks"]["agreement"]["all"]["acc"] >= 7 / 8
     assert sum(v["n"] for v in s["tasks"]["agreement"]["by_attractors"].values()) == 8
     assert s["coverage"]["unk_word_share"] == 0.0  # byte-level BPE has no unknown token
+
+
+# ------------------------------------------------------------------------------------ the app on SmolLM2
+
+TEXT = "the keys to the cabinet [MASK] on the table ."
+
+
+def test_explore_on_smollm2_shows_the_input_the_blank_and_the_prediction(smol):
+    import json
+
+    from conftest import open_app_page, plotly_array
+    at = open_app_page("explore", "pkg:smollm2", TEXT)
+    assert not at.exception, at.exception
+    md = " ".join(m.value for m in at.markdown)
+    assert "Model input" in md and ":gray[on the table" in md
+    pred = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert pred["y"][0].endswith("are")  # readable: no byte-level 'Ġ'
+    a = attnviz.analyze(smol, TEXT, methods=["attention"])
+    assert plotly_array(pred["x"])[0] == pytest.approx(a.prediction[0][1], rel=1e-6)
+    maps = json.loads(at.get("plotly_chart")[1].proto.spec)["data"]
+    z = plotly_array(maps[0]["z"])
+    assert z.shape == (5, 5)
+    np.testing.assert_allclose(z, a.maps["attention"].layer[0], rtol=1e-5, atol=1e-7)
+    assert at.query_params["model"] == ["pkg:smollm2"] or at.query_params["model"] == "pkg:smollm2"
+
+
+def test_the_sidebar_offers_examples_for_a_causal_model(smol):
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    from pages import ui
+    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at.query_params["model"] = "pkg:smollm2"
+    at.run()
+    assert "Pronoun resolution (her)" in at.selectbox(key="preset").options
+    at.selectbox(key="preset").set_value("Pronoun resolution (her)").run()
+    assert not at.exception, at.exception
+    assert at.session_state["text"] == ui.CAUSAL_PRESETS["Pronoun resolution (her)"]
+
+
+@pytest.mark.parametrize("page", ["heads", "flow_graph", "faithfulness", "context_mixing", "model"])
+def test_every_page_runs_on_smollm2(smol, page):
+    from conftest import open_app_page
+    at = open_app_page(page, "pkg:smollm2", TEXT)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    if page == "heads":
+        import json
+        data = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+        assert len([d for d in data if d.get("type") == "heatmap"]) == 30 * 10  # 9 heads + the mean
+    if page == "faithfulness":
+        info = " ".join(i.value for i in at.info)
+        assert "p\\('are'\\)" in info  # markdown-escaped
+        assert any("endoftext" in c.value and "blank-out" in c.value for c in at.caption)
+
+
+def test_adversarial_page_on_smollm2(smol):
+    from conftest import open_app_page
+    at = open_app_page("adversarial", "pkg:smollm2", TEXT)
+    at.number_input(key="adv_steps").set_value(20)
+    at.number_input(key="adv_restarts").set_value(1)
+    at.number_input(key="adv_points").set_value(4)
+    at.number_input(key="adv_jw_steps").set_value(0)
+    at.run()
+    at.button(key="adv_go").click().run(timeout=300)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    text = " ".join(m.value for m in at.markdown)
+    assert "originally 'Ġare'" in text or "originally 'are'" in text
+
+
+def test_json_export_on_smollm2(smol):
+    import json
+
+    from attnviz import export
+    a = attnviz.analyze(smol, TEXT, methods=["attention", "rollout", "attn_res_ln"])
+    d = json.loads(export.to_json(a))
+    assert d["tokens"] == a.tokens and d["prediction"][0][0] == "Ġare"
+    assert np.asarray(d["maps"]["rollout"]["layer"]).shape == (30, 5, 5)

@@ -10,8 +10,10 @@ from .importance import BASELINES
 
 
 def token_labels(tokens: Sequence[str]) -> list:
-    """Token labels carrying their position (plotly merges duplicate category labels)."""
-    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+    """Token labels carrying their position (plotly merges duplicate category labels), readable and
+    escaped as on every other page."""
+    from ..plots import token_labels as labels
+    return labels(tokens)
 
 
 def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = None):

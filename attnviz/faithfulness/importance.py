@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..plots import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
 
 BASELINES = {
@@ -190,7 +191,7 @@ def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None)
     """The target quantity for this model and text. contrast: (correct, wrong) tokens or labels."""
     kind = output_kind(lm)
     t = enc.target
-    where = f"position {t} ({enc.tokens[t]})"
+    where = f"position {t} ({readable_token(enc.tokens[t])})"
     if kind == "hidden":
         if contrast:
             raise InputError("this model has no output head, so there is nothing to contrast: leave the contrast empty")
@@ -201,7 +202,7 @@ def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None)
             raise InputError("a contrast is two words: the correct one and the wrong one (e.g. is / are)")
         if kind == "token":
             a, b = (_single_token_id(lm.tokenizer, w) for w in contrast)
-            names = lm.tokenizer.convert_ids_to_tokens([a, b])
+            names = [readable_token(t) for t in lm.tokenizer.convert_ids_to_tokens([a, b])]
         else:
             a, b = (_label_id(lm.config, w) for w in contrast)
             names = [str(c) for c in contrast]
@@ -214,7 +215,7 @@ def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None)
     logits = _logits_at(lm, out, t)[0] if kind == "token" else out.logits[0]
     pred = predicted_id(lm, enc, logits) if kind == "token" else int(torch.argmax(logits))
     if kind == "token":
-        name = lm.tokenizer.convert_ids_to_tokens(pred)
+        name = readable_token(lm.tokenizer.convert_ids_to_tokens(pred))
         return Target("prob", t, (pred,), f"p('{name}') at {where}, the model's prediction", kind)
     labels = getattr(lm.config, "id2label", None) or {}
     return Target("prob", t, (pred,), f"p(class '{labels.get(pred, pred)}'), the classifier's prediction", kind)
