@@ -98,9 +98,10 @@ def _bounds(Al: np.ndarray, F_prev: np.ndarray, in_cap: np.ndarray):
     positions (l, i) can reach (causal attention: Σ_{k<=i} A_1[k, j]).
     Upper: min(out-capacity of (l,i), in_cap, Σ_k min(Al[i,k], F_prev[k,j])) — every unit passes
     one first edge and then travels on from (l-1, k).
-    Lower: a convex combination of feasible flows is feasible, so Σ_k y_k with y_k ≤ min(Al[i,k],
-    F_prev[k,j]) and Σ_k y_k / F_prev[k,j] ≤ 1 is reachable: a fractional knapsack, taken greedily
-    from the largest F_prev[k,j].
+    Lower, the larger of: (flow side) a convex combination of feasible flows is feasible, so Σ_k y_k
+    with y_k ≤ min(Al[i,k], F_prev[k,j]) and Σ_k y_k / F_prev[k,j] ≤ 1 is reachable: a fractional
+    knapsack, taken greedily from the largest F_prev[k,j]; (cut side) min over θ of
+    θ + Σ_{k: F_prev[k,j] > θ} Al[i,k], since a cut is a set, not a fraction (below).
     """
     cap = np.minimum(Al[:, :, None], F_prev[None, :, :])  # [i, k, j]
     upper = np.minimum(np.minimum(Al.sum(1)[:, None], in_cap), cap.sum(1))
@@ -112,6 +113,14 @@ def _bounds(Al: np.ndarray, F_prev: np.ndarray, in_cap: np.ndarray):
     before = np.cumsum(cost, 1) - cost
     frac = np.where(cost > 0, np.clip((1.0 - before) / np.where(cost > 0, cost, 1.0), 0.0, 1.0), 0.0)
     lower = (caps * frac).sum(1)
+    # the cut side: every cut of (l,i) from (0,j) puts some set K of layer l-1 nodes on the source
+    # side and costs Al[i, not K] + (max-flow from K) >= Al[i, not K] + max_{k in K} F_prev[k, j]
+    # (the flow from a set is at least the flow from any member). For a given largest member
+    # value θ the cheapest K is every k with F_prev[k, j] <= θ: min over θ of θ + Al[i, F_prev > θ].
+    Ao = np.take_along_axis(np.broadcast_to(Al[:, :, None], cap.shape), np.broadcast_to(order[None], cap.shape), 1)
+    above = np.concatenate([np.zeros((Al.shape[0], 1, Fs.shape[1])), np.cumsum(Ao, 1)], 1)  # Al[i, r largest]
+    theta = np.concatenate([Fs, np.zeros((1, Fs.shape[1]))], 0)  # after the r largest: the next value
+    lower = np.maximum(lower, (above + theta[None]).min(1))
     return lower, upper
 
 
@@ -121,14 +130,16 @@ POOL_MIN_SECONDS = 0.02  # a layer whose remaining max-flow work is smaller runs
 
 def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] = None,
          workers: Optional[int] = None, progress: Optional[Callable[[float], None]] = None,
-         stats: Optional[dict] = None) -> np.ndarray:
+         stats: Optional[dict] = None, rows: Optional[Iterable[int]] = None) -> np.ndarray:
     """A [L, n, n] head-averaged attention (rows sum to 1; residual added inside) -> flow [L, n, n].
 
     layers: 0-based layers to return (default all); the result then has len(layers) entries in that
     order. normalize=False returns raw max-flow values. workers: processes for the max-flow calls
     (default: up to the cores, used only when a layer's remaining work pays for them).
     progress(fraction) is called as layers finish. stats, if a dict, receives how many pairs were
-    solved by max-flow and how many were settled exactly by bounds.
+    solved by max-flow and how many were settled exactly by bounds. rows: only these receiving
+    positions (e.g. the target token), result [len(layers), len(rows), n]; each pair of layers >= 3
+    is then one max-flow (the bounds need every row of the layer below).
 
     Layers are solved bottom-up: layer 1 is its capacities, layer 2 has edge-disjoint two-edge paths
     (Σ_k min), and above that a pair whose lower and upper bounds from the layer below meet (within
@@ -142,6 +153,8 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
             raise ValueError(f"layer {l} is outside 0..{L - 1}")
     top = max(want) if want else -1
     workers = default_workers() if workers is None else max(1, int(workers))
+    if rows is not None:
+        return _rows(Ares, want, [int(i) for i in rows], normalize, workers, progress, stats)
     # the cut around each input node; causal: only positions >= j reach it, <= i are reachable
     in_cap = np.cumsum(Ares[0], 0) if _is_causal(Ares) else Ares[0].sum(0)
     F = np.empty((top + 1, n, n))
@@ -175,6 +188,32 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
     return out
 
 
+def _rows(Ares, want, rows, normalize, workers, progress, stats):
+    L, n, _ = Ares.shape
+    for i in rows:
+        if not 0 <= i < n:
+            raise ValueError(f"row {i} is outside 0..{n - 1}")
+    out = np.empty((len(want), len(rows), n))
+    solved = 0
+    for k, l in enumerate(want):
+        if l == 0:
+            out[k] = Ares[0][rows]
+        elif l == 1:
+            out[k] = np.minimum(Ares[1][rows][:, :, None], Ares[0][None, :, :]).sum(1)
+        else:
+            pairs = [(i, j) for i in rows for j in range(n)]
+            solved += len(pairs)
+            w = workers if estimate_pairs(len(pairs), l, n) >= POOL_MIN_SECONDS else 1
+            out[k] = np.array(_solve(Ares, l, pairs, w)).reshape(len(rows), n)
+        if progress:
+            progress((k + 1) / len(want))
+    if stats is not None:
+        stats.update(maxflow_pairs=solved, bounded_pairs=0)
+    if normalize:
+        out = out / out.sum(-1, keepdims=True)
+    return out
+
+
 def estimate_pairs(pairs: int, l: int, n: int) -> float:
     """Serial seconds for `pairs` max-flow calls on the graph of 0-based layer l."""
     return pairs * (l + 1) * n * n * _SECONDS_PER_PAIR_EDGE
@@ -203,26 +242,34 @@ def _solve(Ares: np.ndarray, l: int, pairs: list, workers: int) -> list:
 def _pairs(Ares: np.ndarray, l: int, pairs: list) -> list:
     """Raw max-flow values for 0-based layer l and (receiving i, input j) pairs.
 
-    Causal attention: one graph per input j on positions j..(largest i asked), since (l, i) reaches
-    only positions <= i and only positions >= j reach (0, j) (nodes that cannot reach the sink make
-    igraph's push-relabel slow, besides the size). Otherwise one graph of layers 0..l+1."""
+    One graph of levels 0..l+1 (capacity > 0 edges). Causal attention: each pair is solved on the
+    subgraph induced by the nodes that can carry its flow, cut out in C (igraph's
+    induced_subgraph): (0, j) alone at level 0 and positions j..i above it ((l, i) reaches only
+    positions <= i, only positions >= j reach (0, j); nodes that cannot reach the sink make
+    push-relabel slow). Otherwise every pair on the whole graph (cutting out costs more than it saves)."""
     if not pairs:
         return []
-    if not _is_causal(Ares[: l + 1]):
-        g, cap, w = _graph(Ares, l)
-        top = (l + 1) * w
+    n = Ares.shape[-1]
+    g, cap, _ = _graph(Ares, l)
+    if not _is_causal(Ares[: l + 1]):  # nothing to cut out: every node is on some path
+        top = (l + 1) * n
         return [g.maxflow_value(top + int(i), int(j), cap) for i, j in pairs]
-    out = [0.0] * len(pairs)
-    by_sink: dict = {}
-    for idx, (i, j) in enumerate(pairs):
-        if int(i) >= int(j):
-            by_sink.setdefault(int(j), []).append((idx, int(i)))
-    for j, items in by_sink.items():
-        hi = max(i for _, i in items) + 1
-        g, cap, w = _graph(Ares, l, j, hi)
-        top = (l + 1) * w
-        for idx, i in items:
-            out[idx] = g.maxflow_value(top + i - j, 0, cap) if i > j else _column(Ares[: l + 1], i)
+    g.es["capacity"] = cap
+    levels = np.arange(1, l + 2)[:, None] * n
+    out = []
+    for i, j in pairs:
+        i, j = int(i), int(j)
+        if i < j:
+            out.append(0.0)
+            continue
+        if i == j:
+            out.append(_column(Ares[: l + 1], i))
+            continue
+        w = i - j + 1
+        vids = [j] + (levels + np.arange(j, i + 1)[None, :]).ravel().tolist()
+        src = 1 + l * w + (i - j)  # ids in the subgraph follow the sorted ids: (0, j), then level by level
+        sub = g.induced_subgraph(vids, implementation="create_from_scratch")
+        out.append(sub.maxflow_value(src, 0, "capacity"))
     return out
 
 
