@@ -265,9 +265,25 @@ def sidebar() -> None:
 
 # ------------------------------------------------------------------------------------ model and analysis
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+@st.cache_resource(show_spinner=False, max_entries=4)
 def _load(spec_: str):
-    return attnviz.load_model(spec_)
+    with st.spinner(_load_message(spec_)):
+        return attnviz.load_model(spec_)
+
+
+def _load_message(spec_: str) -> str:
+    """What the spinner says while a model loads: a GGUF file without a converted copy takes longer."""
+    from attnviz.models.load import _cache_key, cache_dir, resolve
+    try:
+        kind, source = resolve(spec_)
+        if kind == "gguf":
+            from pathlib import Path
+            if not (cache_dir() / "gguf" / _cache_key(Path(source)) / "config.json").is_file():
+                return (f"Loading {Path(source).name}: the first load converts it to float32 and keeps a copy "
+                        "(about half a minute); later loads take a second or two…")
+    except Exception:  # noqa: BLE001 - the load itself reports what is wrong
+        pass
+    return "Loading the model…"
 
 
 def _try_load():
