@@ -288,7 +288,7 @@ def test_hub_that_never_answers_fails_within_seconds(silent_server, tmp_path):
     line = _one_line_error(r.stderr)
     assert "hf download someorg/some-model --local-dir" in line and "huggingface-cli" not in line
     assert "did not answer" in line or "timed out" in line
-    assert took < 40, took  # python + torch start-up (~5 s) + a 2 s timeout, not minutes
+    assert took < 60, took  # python + torch start-up (5-15 s on a loaded machine) + a 2 s timeout, not minutes
 
 
 def test_hub_timeout_default_is_bounded():
