@@ -113,18 +113,29 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     if lm.arch is not None:
         notes.extend(lm.arch.notes)
     maps = {}
-    for k, m in enumerate(methods):
-        if m in disabled:
-            continue
+    todo = [m for m in methods if m not in disabled]
+    n = len(enc.tokens)
+    # rough relative costs, so that the fraction passed to progress() moves evenly in time: the FFN
+    # split (computed once for the three atb_ff scopes) costs about n times a cheap map
+    cost = {m: (2.0 + n / 2 if m.startswith("atb_ff") else 2.0 if METHODS[m].decomposition else 1.0) for m in todo}
+    seen_ff = False
+    for m in todo:
+        if m.startswith("atb_ff"):
+            cost[m], seen_ff = (0.1 if seen_ff else cost[m]), True
+    total_cost = 2.0 + sum(cost.values())  # 2: the trace, already done
+    done_cost = 2.0
+    for m in todo:
         t = time.perf_counter()
+        sub = None
         if progress:
-            progress(m, k / len(methods))
+            progress(m, done_cost / total_cost)
+            sub = (lambda f, m=m, c0=done_cost: progress(m, (c0 + f * cost[m]) / total_cost))
         info = METHODS[m]
         if m == "flow":
-            sub = (lambda f: progress("flow", (k + f) / len(methods))) if progress else None
             maps[m] = info.compute(tr, workers=flow_workers, progress=sub)
         else:
-            maps[m] = info.compute(tr)
+            maps[m] = info.compute(tr, progress=sub)
+        done_cost += cost[m]
         timings[m] = time.perf_counter() - t
     mix = {}
     if mixing and lm.decompositions_ok:

@@ -65,16 +65,17 @@ class SentenceMixing:
 
 
 def sentence_mixing(lm, text: str, target: Optional[int] = None, max_tokens: int = 128,
-                    steps: int = atb_ff.DEFAULT_STEPS, dtype: torch.dtype = torch.float32) -> SentenceMixing:
+                    steps: int = atb_ff.DEFAULT_STEPS, dtype: torch.dtype = torch.float32,
+                    progress: Optional[Callable[[float], None]] = None) -> SentenceMixing:
     """Model + text -> SentenceMixing from one trace. Raises InputError for unusable text or a model
-    whose decompositions are disabled."""
+    whose decompositions are disabled. progress(fraction) while the layers are split."""
     from .methods import attn_res_ln
     from .trace import trace as _trace
 
     if not lm.decompositions_ok:
         raise InputError(lm.disabled_reason or "decompositions are unavailable for this model")
     tr = _trace(lm, text, dtype=dtype, max_tokens=max_tokens, target=target)
-    res = atb_ff.analyse(tr, steps)
+    res = atb_ff.analyse(tr, steps, progress=progress)
     a = attn_res_ln.compute(tr).layer
     b = res["maps"]["atb_ff_res_ln"].layer
     causal = bool(lm.arch.causal)

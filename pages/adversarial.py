@@ -92,40 +92,17 @@ def _compute(lm, text, target, cap, site, lambdas, steps, restarts, jw_steps, se
     return dict(frontier=fr, jw=jw)
 
 
-_PENDING: dict = {}  # key -> result just computed, handed to the cache below
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def _result(key):
-    """st.cache_data of the results: filled right after a computation (which shows its progress,
-    something a cached function cannot do), read back instantly on every later rerun; KeyError
-    when this key was never computed (or has left the cache)."""
-    return _PENDING.pop(key)
-
-
-def cached(key):
-    try:
-        return _result(key)
-    except KeyError:
-        return None
-
-
 b1, b2 = st.columns([1, 3])
 if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:", type="primary"):
-    bar = st.progress(0.0, text="starting…")
-
-    def progress(stage, f):
-        bar.progress(min(1.0, max(0.0, f)), text=f"{stage}: {100 * f:.0f} %")
-
     try:
-        _PENDING[key] = _compute(lm, ui.text(), enc.target, ui.cap(), site, lambdas, steps, restarts, jw_steps,
-                                 tuple(seed_specs) if use_seeds else (), progress)
-        cached(key)
+        ui.with_progress(("adversarial",) + key,
+                         lambda progress: _compute(lm, ui.text(), enc.target, ui.cap(), site, lambdas, steps, restarts,
+                                                   jw_steps, tuple(seed_specs) if use_seeds else (), progress),
+                         "Searching for adversarial attention")
     except (AttnvizError, InputError) as e:
         ui.show_error(e)
-    bar.empty()
 
-res = cached(key)
+res = ui.cached_result(("adversarial",) + key)
 if res is None:
     b2.caption(f"{len(lambdas)} λ × {restarts} restarts = a batch of {len(lambdas) * restarts}"
                + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")

@@ -53,9 +53,11 @@ with c2:
                              help="Kobayashi et al. averaged over every token, special ones included.")
 
 
-@st.cache_data(show_spinner="Splitting every layer into per-source parts…", max_entries=32)
-def _sentence(spec: str, text: str, cap: int, steps: int, _lm):
-    return context.sentence_mixing(_lm, text, target=None, max_tokens=cap, steps=steps)
+def _sentence(spec: str, text: str, cap: int, steps: int, lm):
+    return ui.with_progress(("context_mixing", spec, text, cap, steps),
+                            lambda progress: context.sentence_mixing(lm, text, target=None, max_tokens=cap,
+                                                                     steps=steps, progress=progress),
+                            "Splitting every layer into per-source parts")
 
 
 @st.cache_resource

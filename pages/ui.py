@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from typing import Optional, Sequence
 
@@ -310,10 +311,56 @@ def model():
     return lm
 
 
-@st.cache_data(show_spinner="Analysing the sentence…", max_entries=64)
+_PENDING: dict = {}  # key -> result just computed with a progress bar, handed to the cache below
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _progress_cache(key: tuple):
+    """st.cache_data of long results: filled right after a computation (which shows its progress, something
+    a cached function cannot do), read back instantly later; KeyError when this key was never computed."""
+    return _PENDING.pop(key)
+
+
+def cached_result(key: tuple):
+    """The result with_progress computed for key, or None."""
+    try:
+        return _progress_cache(key)
+    except KeyError:
+        return None
+
+
+def with_progress(key: tuple, compute, what: str):
+    """compute(progress) once per key (cached for every session), with a progress bar that names the
+    stage and the time left; progress(f) or progress(stage, f) with f in [0, 1]."""
+    try:
+        return _progress_cache(key)
+    except KeyError:
+        pass
+    bar = st.progress(0.0, text=f"{what}…")
+    t0 = time.perf_counter()
+
+    def progress(*args) -> None:
+        stage, f = (args[0], args[1]) if len(args) == 2 else (None, args[0])
+        el = time.perf_counter() - t0
+        left = f" — about {el / f * (1 - f):.0f} s left" if f > 0.05 and el > 1.0 else ""
+        name = "" if stage is None else (method_label(stage) if stage in METHODS else str(stage)) + ", "
+        bar.progress(min(1.0, max(0.0, f)), text=f"{what}: {name}{100 * f:.0f} %{left}")
+
+    try:
+        _PENDING[key] = compute(progress)
+        return _progress_cache(key)
+    finally:
+        _PENDING.pop(key, None)
+        bar.empty()
+
+
 def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_: int):
+    """attnviz.analyze, cached; while it runs, a progress bar with the stage and the time left."""
     lm = _load(spec_)
-    return attnviz.analyze(lm, text_, methods=list(methods), target=target, max_tokens=cap_)
+    return with_progress(("analyze", spec_, text_, methods, target, cap_),
+                         lambda progress: attnviz.analyze(lm, text_, methods=list(methods), target=target,
+                                                          max_tokens=cap_, progress=progress),
+                         "Analysing the sentence")
 
 
 def _flow_input(a) -> np.ndarray:

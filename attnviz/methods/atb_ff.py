@@ -182,7 +182,7 @@ def _ratio(vecs):
     return (m / (m + p)).numpy()
 
 
-def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
+def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=None) -> dict:
     """Trace -> {"maps": {name: Map [L,n,n]}, "ratios": {"AtbFf-N"|"AtbFfRes-N"|"AtbFfResLn-N": [L,n]}}.
 
     One pass over the layers for all three scopes; cached on the trace per (steps, rule).
@@ -201,6 +201,8 @@ def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
     rem_norm = {k: [] for k in NAMES}
     ratios = {k: [] for k in NAMES}
     for l in range(trace.n_layers):
+        if progress:
+            progress(l / trace.n_layers)
         sc = layer_parts(trace, l, steps, rule)
         for k in NAMES:
             P, rem, real = sc[k]
@@ -233,16 +235,16 @@ def ratios(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
     return analyse(trace, steps, rule)["ratios"]
 
 
-def compute_ff(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
+def compute_ff(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", *, progress=None) -> Map:
     """Trace -> Map atb_ff [L, n, n]: ||F_ij||, the FFN output's part from source j."""
-    return analyse(trace, steps, rule)["maps"]["atb_ff"]
+    return analyse(trace, steps, rule, progress)["maps"]["atb_ff"]
 
 
-def compute_ff_res(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
+def compute_ff_res(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", *, progress=None) -> Map:
     """Trace -> Map atb_ff_res [L, n, n]: ||A_ij + F_ij||, after the second residual."""
-    return analyse(trace, steps, rule)["maps"]["atb_ff_res"]
+    return analyse(trace, steps, rule, progress)["maps"]["atb_ff_res"]
 
 
-def compute_ff_res_ln(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
+def compute_ff_res_ln(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", *, progress=None) -> Map:
     """Trace -> Map atb_ff_res_ln [L, n, n]: ||g2_i(A_ij + F_ij)||, the whole layer (ATBFFRESLN)."""
-    return analyse(trace, steps, rule)["maps"]["atb_ff_res_ln"]
+    return analyse(trace, steps, rule, progress)["maps"]["atb_ff_res_ln"]

@@ -10,6 +10,6 @@ import numpy as np
 from .base import Map, summed_norms
 
 
-def compute(trace) -> Map:
+def compute(trace, *, progress=None) -> Map:
     layer = [summed_norms(r["probs"], fx, diag_add=r["x"]) for r, fx in zip(trace.layers, trace.fx)]
     return Map("attn_res", np.stack(layer), None, {"rows_sum_to_one": False})

@@ -30,7 +30,7 @@ def _center(v):
     return v - v.mean(-1, keepdim=True)
 
 
-def compute(trace) -> Map:
+def compute(trace, *, progress=None) -> Map:
     if trace.placement != "post":
         layer = [summed_norms(r["probs"], fx, diag_add=r["x"]) for r, fx in zip(trace.layers, trace.fx)]
         return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False, "note": "pre-LN: equals attn_res"})

@@ -18,5 +18,5 @@ def rollout(A: np.ndarray) -> np.ndarray:
     return out
 
 
-def compute(trace) -> Map:
+def compute(trace, *, progress=None) -> Map:
     return Map("rollout", rollout(trace.attention().mean(1)), None, {"rows_sum_to_one": True})

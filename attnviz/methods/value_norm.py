@@ -9,7 +9,7 @@ import numpy as np
 from .base import Map, summed_norms
 
 
-def compute(trace) -> Map:
+def compute(trace, *, progress=None) -> Map:
     heads, layer = [], []
     for r, fx in zip(trace.layers, trace.fx):
         a = r["probs"].double()
