@@ -405,3 +405,17 @@ def test_eight_threads_equal_sequential(make_tiny):
             np.testing.assert_array_equal(s.maps[m].layer, r.maps[m].layer)
         for k in s.mixing:
             np.testing.assert_array_equal(s.mixing[k], r.mixing[k])
+
+
+def test_analyze_progress_moves_forward_to_one(make_tiny):
+    """progress(stage, fraction): fractions never go back, every computed method is named, the FFN
+    split reports per layer, and the last call is ("done", 1.0)."""
+    import attnviz
+
+    lm = make_tiny("bert")
+    calls = []
+    attnviz.analyze(lm, "the keys to the cabinet [MASK] on the table .", progress=lambda s, f: calls.append((s, f)))
+    fr = [f for _, f in calls]
+    assert fr == sorted(fr) and 0 < fr[0] and calls[-1] == ("done", 1.0)
+    assert {s for s, _ in calls} >= set(attnviz.METHODS)
+    assert sum(1 for s, _ in calls if s == "atb_ff") >= lm.n_layers
