@@ -45,9 +45,9 @@ def _is_causal(Ares: np.ndarray) -> bool:
 
 def _graph(Ares: np.ndarray, l: int, lo: int = 0, hi: Optional[int] = None):
     """Graph of levels 0..l+1 (0-based layer l = graph level l+1) on positions lo..hi-1, edges with
-    capacity > 0 only -> (igraph.Graph, capacities list, width). Node (level m, position p) has id
-    m * width + (p - lo). Exact: a zero-capacity edge carries no flow, and in causal attention a
-    position outside j..i is unreachable from (l, i) or cannot reach (0, j)."""
+    capacity > 0 only -> (igraph.GraphBase, capacities list, width). Node (level m, position p) has
+    id m * width + (p - lo). Exact: a zero-capacity edge carries no flow. A plain GraphBase built
+    from lists: igraph.Graph's constructor is slower, above all from numpy arrays."""
     import igraph as ig
 
     n = Ares.shape[-1]
@@ -58,12 +58,12 @@ def _graph(Ares: np.ndarray, l: int, lo: int = 0, hi: Optional[int] = None):
     edges = np.empty((len(lev), 2), dtype=np.int64)
     edges[:, 0] = (lev + 1) * w + a
     edges[:, 1] = lev * w + b
-    g = ig.Graph(n=(l + 2) * w, edges=edges, directed=True)
+    g = ig.GraphBase((l + 2) * w, edges.tolist(), True)
     return g, B[lev, a, b].tolist(), w
 
 
 def _layer_graph(Ares: np.ndarray, l: int):
-    """Graph of layers 0..l+1 (0-based layer l = graph level l+1) -> (igraph.Graph, capacities list)."""
+    """Graph of layers 0..l+1 (0-based layer l = graph level l+1) -> (igraph.GraphBase, capacities list)."""
     g, cap, _ = _graph(Ares, l)
     return g, cap
 
@@ -180,6 +180,7 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
     # the cut around each input node; causal: only positions >= j reach it, <= i are reachable
     in_cap = np.cumsum(Ares[0], 0) if _is_causal(Ares) else Ares[0].sum(0)
     F = np.empty((top + 1, n, n))
+    stack = None  # causal: one graph of every level, pairs cut out of it
     solved = settled = 0
     total_work = sum(l + 1 for l in range(top + 1)) or 1
     done = 0
@@ -200,7 +201,9 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
             solved += len(todo)
             if todo:
                 w = workers if estimate_pairs(len(todo), l, n) >= POOL_MIN_SECONDS else 1
-                for (i, j), v in zip(todo, _solve(Ares, l, todo, w)):
+                if w == 1 and stack is None and _is_causal(Ares[: top + 1]):
+                    stack = _stack_graph(Ares, top)
+                for (i, j), v in zip(todo, _solve(Ares, l, todo, w, stack if w == 1 else None)):
                     F[l, i, j] = v
         done += l + 1
         if progress:
@@ -244,9 +247,9 @@ def estimate_pairs(pairs: int, l: int, n: int) -> float:
     return pairs * (l + 1) * n * n * _SECONDS_PER_PAIR_EDGE
 
 
-def _solve(Ares: np.ndarray, l: int, pairs: list, workers: int) -> list:
+def _solve(Ares: np.ndarray, l: int, pairs: list, workers: int, graph=None) -> list:
     if workers <= 1:
-        return _pairs(Ares, l, pairs)
+        return _pairs(Ares, l, pairs, graph)
     global _POOL
     chunks = [pairs[s::workers] for s in range(workers)]
     try:
@@ -264,22 +267,23 @@ def _solve(Ares: np.ndarray, l: int, pairs: list, workers: int) -> list:
         return _pairs(Ares, l, pairs)
 
 
-def _pairs(Ares: np.ndarray, l: int, pairs: list) -> list:
+def _pairs(Ares: np.ndarray, l: int, pairs: list, graph=None) -> list:
     """Raw max-flow values for 0-based layer l and (receiving i, input j) pairs.
 
-    One graph of levels 0..l+1 (capacity > 0 edges). Causal attention: each pair is solved on the
-    subgraph induced by the nodes that can carry its flow, cut out in C (igraph's
-    induced_subgraph): (0, j) alone at level 0 and positions j..i above it ((l, i) reaches only
-    positions <= i, only positions >= j reach (0, j); nodes that cannot reach the sink make
-    push-relabel slow). Otherwise every pair on the whole graph (cutting out costs more than it saves)."""
+    Causal attention: each pair is solved on the subgraph induced by the nodes that can carry its
+    flow, cut out in C (igraph's induced_subgraph) from `graph` (from _stack_graph, levels 0..l+1
+    or more; built here if not given): (0, j) alone at level 0 and positions j..i above it ((l, i)
+    reaches only positions <= i, only positions >= j reach (0, j); nodes that cannot reach the
+    sink, or that the source cannot reach, make push-relabel slow). Otherwise every pair on the
+    graph of levels 0..l+1 (cutting out costs more than it saves)."""
     if not pairs:
         return []
     n = Ares.shape[-1]
-    g, cap, _ = _graph(Ares, l)
     if not _is_causal(Ares[: l + 1]):  # nothing to cut out: every node is on some path
+        g, cap, _ = _graph(Ares, l)
         top = (l + 1) * n
         return [g.maxflow_value(top + int(i), int(j), cap) for i, j in pairs]
-    g.es["capacity"] = cap
+    g = _stack_graph(Ares, l) if graph is None else graph
     levels = np.arange(1, l + 2)[:, None] * n
     out = []
     for i, j in pairs:
@@ -293,9 +297,18 @@ def _pairs(Ares: np.ndarray, l: int, pairs: list) -> list:
         w = i - j + 1
         vids = [j] + (levels + np.arange(j, i + 1)[None, :]).ravel().tolist()
         src = 1 + l * w + (i - j)  # ids in the subgraph follow the sorted ids: (0, j), then level by level
-        sub = g.induced_subgraph(vids, implementation="create_from_scratch")
+        sub = g.induced_subgraph(vids, "create_from_scratch")
         out.append(sub.maxflow_value(src, 0, "capacity"))
     return out
+
+
+def _stack_graph(Ares: np.ndarray, l: int):
+    """Graph of levels 0..l+1 with the capacities as the edge attribute "capacity", for _pairs."""
+    import igraph as ig
+
+    g, cap, _ = _graph(Ares, l)
+    ig.EdgeSeq(g)["capacity"] = cap
+    return g
 
 
 def _column(Ares: np.ndarray, i: int) -> float:
