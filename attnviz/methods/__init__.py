@@ -6,6 +6,7 @@ from typing import Callable
 
 from . import attention, attn_res, attn_res_ln, flow as _flow, rollout as _rollout, value_norm
 from . import atb_ff
+from . import alti, decompx, globenc, value_zeroing
 from .base import Map, with_residual
 from .flow import flow
 from .rollout import rollout
@@ -41,6 +42,10 @@ METHODS = {
                              "attention block + FFN + second residual, norm (Kobayashi et al. 2024)"),
     "atb_ff_res_ln": MethodInfo("atb_ff_res_ln", "ATBFFRESLN", atb_ff.compute_ff_res_ln, False, False, True,
                                 "the whole layer: + second LayerNorm (post-LN), norm (Kobayashi et al. 2024)"),
+    "alti": MethodInfo("alti", "ALTI", alti.compute, False, True, True, "L1-distance contributions of the transformed vectors, rollout over layers (Ferrando et al. 2022)"),
+    "value_zeroing": MethodInfo("value_zeroing", "Value zeroing", value_zeroing.compute, False, True, True, "cosine distance of the layer output when token j's values are zeroed, rollout over layers (Mohebbi et al. 2023)"),
+    "globenc": MethodInfo("globenc", "GlobEnc", globenc.compute, False, True, True, "norms through LN1 and LN2, product over layers, row shares (Modarressi et al. 2022)"),
+    "decompx": MethodInfo("decompx", "DecompX", decompx.compute, False, False, True, "input-token decomposition propagated through every layer incl. the FFN, norm (Modarressi et al. 2023)"),
 }
 
 __all__ = ["METHODS", "MethodInfo", "Map", "flow", "rollout", "with_residual"]

@@ -1,0 +1,86 @@
+"""ALTI (Ferrando et al. 2022, "Measuring the Mixing of Contextual Information in the Transformer"):
+per-layer contributions from the L1 distance of each transformed vector to the output, aggregated
+over layers by rollout.
+
+Per layer l and receiving token i the attention block's output is a sum over source tokens j of
+transformed vectors T_i(x_j) plus a bias term:
+  post-LN (BERT family): y_i = LN1(x_i + attn_i) = Σ_j T_i(x_j) + g_i(b_O) + β1, with
+      T_i(x_j) = g_i(Σ_h α^h_ij f^h(x_j) + δ_ij x_i), g_i(z) = γ1 ⊙ (z - mean_d z) / sqrt(var(pre-LN_i) + eps)
+      (attn_res_ln.parts: LN1 applied linearly with the real statistics of the pre-LN vector);
+  pre-LN (GPT-2, Llama): y_i = x_i + attn_i (the residual stream after attention; the authors' code
+      `pre_layer_norm` branch), T_i(x_j) = Σ_h α^h_ij f^h(x_j) + δ_ij x_i with f^h(x_j) computed from
+      norm1(x_j) (a function of x_j alone), bias b_O (zero for Llama).
+Contribution: c_ij = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), C_ij = c_ij / Σ_j c_ij (the authors'
+`normalize_contributions(..., 'min_sum', resultant_norm=||y||_1)`). Aggregation by rollout without an
+added identity (the residual is already inside T_i(x_i)): R_1 = C_1, R_l = C_l R_{l-1}.
+
+Map.layer [L, n, n] = R_l (rows sum to 1); meta["per_layer"] = C_l; meta["completeness"] [L] =
+max_i ||Σ_j T_i(x_j) + bias_i - real_i|| / ||real_i|| against the recomputed LN1 output (post-LN) or
+residual stream (pre-LN).
+
+Where the paper's definition does not carry over: the paper and its code analyse the attention
+block only (the FFN, its residual and LN2 are not in the per-layer map), on post-LN encoders. The
+pre-LN variant here is the authors' own `pre_layer_norm=True` branch; for Llama-type models it
+applies unchanged (no LN after the residual, so T_i(x_j) are the AttnRes vectors). The authors'
+code computes the LN scale as std(pre_ln + eps), i.e. without eps in practice; we put eps inside
+the root as LayerNorm does (difference below 1e-9 on BERT's eps 1e-12), and their
+F.pairwise_distance adds 1e-6 to each coordinate difference, which we do not.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import attn_res_ln
+from .base import Map
+
+
+def chain(C: np.ndarray) -> np.ndarray:
+    """C [L, n, n] per-layer maps -> R [L, n, n] with R_1 = C_1, R_l = C_l R_{l-1} (rollout without an
+    added identity: the maps already contain the residual)."""
+    C = np.asarray(C, dtype=np.float64)
+    out = np.empty_like(C)
+    R = np.eye(C.shape[-1])
+    for l in range(C.shape[0]):
+        R = C[l] @ R
+        out[l] = R
+    return out
+
+
+def row_normalise(c: np.ndarray) -> np.ndarray:
+    """c [..., n] nonnegative -> rows divided by their sums (a zero row stays zero)."""
+    s = c.sum(-1, keepdims=True)
+    return np.divide(c, s, out=np.zeros_like(c), where=s > 0)
+
+
+def layer_contributions(trace, l: int):
+    """Layer l (0-based) -> (C [n, n] normalised contributions, completeness error, T [n,n,d], y [n,d])."""
+    T, rem = attn_res_ln.parts(trace, l)  # float64; Σ_j T + rem = LN1 output (post) / resid (pre)
+    y = T.sum(1) + rem
+    r = trace.layers[l]
+    real = (r["mid"] if trace.placement == "post" else r["resid"]).double()
+    err = float(((y - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
+    dist = (y[:, None, :] - T).abs().sum(-1)  # ||y_i - T_i(x_j)||_1  [n, n]
+    c = (y.abs().sum(-1, keepdim=True) - dist).clamp_min(0).numpy()
+    return row_normalise(c), err, T, y
+
+
+def compute(trace, *, progress=None) -> Map:
+    """Trace -> Map alti: rollout of the per-layer ALTI contributions (rows sum to 1)."""
+    L = trace.n_layers
+    per, errs = [], []
+    for l in range(L):
+        if progress:
+            progress(l / L)
+        C, err, _, _ = layer_contributions(trace, l)
+        per.append(C)
+        errs.append(err)
+    per = np.stack(per)
+    meta = {"rows_sum_to_one": True, "per_layer": per, "completeness": errs,
+            "aggregation": "rollout of the per-layer contributions, no identity added"}
+    if trace.placement != "post":
+        meta["note"] = ("pre-LN: T_i(x_j) are the attention-block + residual vectors (the authors' "
+                        "pre_layer_norm branch); the output is the residual stream after attention")
+    else:
+        meta["note"] = "attention block through LN1 (the FFN, LN2 are not in the per-layer map, as in the paper)"
+    return Map("alti", chain(per), None, meta)

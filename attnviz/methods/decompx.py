@@ -1,0 +1,154 @@
+"""DecompX (Modarressi et al. 2023, "DecompX: Explaining Transformers Decisions by Propagating Token
+Decomposition"): every layer's output decomposed into one vector per *input* token, propagated
+through attention, residuals, norms and the FFN of every layer, with no mixing between layers.
+
+E^l [n, n, d]: row i is token i's layer-l output split over input tokens k, Σ_k E^l_ik = out^l_i.
+Layer 1 starts from the layer input belonging to its own token (E^0_ik = δ_ik x_i). As the authors'
+code computes it (vector aggregation, include_biases, bias_decomp_type="absdot", GeLU_ZO):
+  attention  layer 1: A_ik = Σ_h α^h_ik f^h(x_k) + δ_ik x_i (f^h with b_V, as in Kobayashi);
+             later:   A_ik = Σ_h Σ_j α^h_ij (E_jk W_V^h) W_O^h + E_ik (no b_V in the parts),
+             then the bias (b_O, later layers W_O b_V + b_O) is added to the parts with weights
+             |<A_ik, b>| / Σ_k |<A_ik, b>| ("absdot");
+  norm       γ ⊙ c(P_ik) / s_i with the real statistics s_i of the vector entering the norm
+             (c centres over d for LayerNorm, not for RMSNorm), β split by absdot;
+  FFN        first linear on the parts, b1 split by absdot, the activation linearised through the
+             origin at the real pre-activation z (θ = act(z) / z, the "zero-origin" slope, exact at
+             the real point), second linear, b2 split by absdot;
+  post-LN:   E = LN2(LN1(A) + FFN(LN1(A))) distributed as above;  pre-LN: E = A + FFN(norm2(A)),
+             norm1 distributed over E before the values.
+Every bias is split over the parts, and the zero-origin slope is exact at the real point, so
+Σ_k E^l_ik equals the model's real layer output (a test); Map.meta["completeness"] [L] reports
+max_i ||Σ_k E^l_ik - real_i|| / ||real_i|| (real: hidden_states[l+1]; the last pre-LN layer: the
+recomputed output before the final norm).
+
+Map.layer [L, n, n] = ||E^l_ik|| (norms of the aggregated vectors, the authors' output_aggregated
+"norm"); not row-normalised.
+
+Where the paper's definition does not carry over: DecompX is defined for post-LN encoders with a
+GeLU FFN (and a classifier head, whose projection is not part of this map). Pre-LN decoders: the
+residual stream is not normalised, norm1 is distributed over the parts before the values and
+norm2 before the FFN (RMSNorm: no centring, no β). Gated MLPs (Llama: act(x Wg) ⊙ (x W1)) are not
+covered by the paper: with g = x Wg, u = x W1 at the real point and θ = act(g)/g, each part gets
+½[act(g) ⊙ (u_k) + θ ⊙ u ⊙ (g_k)] (the mean of the two zero-origin linearisations, one per factor),
+which sums exactly to act(g) ⊙ u. GQA value heads are repeated to the query heads.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..models.forward import norm_stats
+from .base import Map
+
+EPS = 1e-12  # the authors' guard in the absdot weights and the zero-origin slope
+
+
+def absdot(parts: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """parts [n, n, e], bias [e] or [n, e] -> parts + w_ik bias_i, w_ik = |<parts_ik, b_i>| / (Σ_k |.| + 1e-12)."""
+    b = bias if bias.dim() == 2 else bias.expand(parts.shape[0], -1)
+    wts = torch.einsum("ike,ie->ik", parts, b).abs()
+    wts = wts / (wts.sum(-1, keepdim=True) + EPS)
+    return parts + wts[..., None] * b[:, None, :]
+
+
+def distribute_norm(parts: torch.Tensor, nrm, real: torch.Tensor) -> torch.Tensor:
+    """A norm applied to parts [n, n, d] with the real statistics of real [n, d]; β split by absdot."""
+    _, scale = norm_stats(real, nrm)
+    if nrm.kind == "layernorm":
+        parts = parts - parts.mean(-1, keepdim=True)
+    out = parts * nrm.weight / scale[:, None, :]
+    return out if nrm.bias is None else absdot(out, nrm.bias)
+
+
+def _zo_slope(act_z: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    return act_z / (z + EPS)
+
+
+def ffn_parts(w, U: torch.Tensor, ffn_in: torch.Tensor) -> torch.Tensor:
+    """FFN input parts U [n, n, d] (Σ_k U_ik = ffn_in_i) -> FFN output parts [n, n, d]."""
+    act = w.activation()
+    F1 = U @ w.w1
+    if w.b1 is not None:
+        F1 = absdot(F1, w.b1)
+    z = ffn_in @ w.w1 + (0 if w.b1 is None else w.b1)
+    if w.w_gate is None:
+        H = F1 * _zo_slope(act(z), z)[:, None, :]
+    else:
+        G = U @ w.w_gate
+        g = ffn_in @ w.w_gate
+        ag = act(g)
+        H = 0.5 * (F1 * ag[:, None, :] + G * (_zo_slope(ag, g) * z)[:, None, :])
+    F2 = H @ w.w2
+    return F2 if w.b2 is None else absdot(F2, w.b2)
+
+
+def _value_bias_out(w) -> torch.Tensor:
+    """W_O b_V (+ b_O): the attention output of the value bias (rows of α sum to 1)."""
+    H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
+    d = w.wo.shape[1]
+    b = torch.zeros(d, dtype=w.wo.dtype) if w.bo is None else w.bo.clone()
+    if w.bv is not None:
+        bv = w.bv.reshape(Hkv, dh).repeat_interleave(H // Hkv, dim=0).reshape(-1)
+        b = b + bv @ w.wo
+    return b
+
+
+def layer_step(trace, l: int, E):
+    """Layer l (0-based), input decomposition E [n, n, d] (None for layer 1) -> output decomposition."""
+    w = trace.weights[l]
+    r = trace.layers[l]
+    x = r["x"]
+    n, d = x.shape
+    H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
+    probs = r["probs"]
+    if E is None:
+        A = torch.einsum("hik,hkd->ikd", probs, trace.fx[l])
+        idx = torch.arange(n)
+        A[idx, idx] += x
+        bias = w.bo
+        E = None
+    else:
+        src = E if w.placement == "post" else distribute_norm(E, w.norm1, x)
+        V = (src @ w.wv).reshape(n, n, Hkv, dh)  # [j, k, Hkv, dh]
+        if H != Hkv:
+            V = V.repeat_interleave(H // Hkv, dim=2)
+        ctx = torch.einsum("hij,jkhc->ikhc", probs, V).reshape(n, n, H * dh)
+        A = ctx @ w.wo + E
+        bias = _value_bias_out(w)
+    if bias is not None:
+        A = absdot(A, bias)
+    if w.placement == "post":
+        P = distribute_norm(A, w.norm1, r["resid"])
+        R2 = P + ffn_parts(w, P, r["ffn_in"])
+        return distribute_norm(R2, w.norm2, r["resid2"])
+    U = distribute_norm(A, w.norm2, r["resid"])
+    return A + ffn_parts(w, U, r["ffn_in"])
+
+
+def decompose(trace, progress=None):
+    """Trace -> (list of E^l [n, n, d] per layer is not kept; returns norms [L, n, n], completeness [L])."""
+    L = trace.n_layers
+    norms, errs = [], []
+    E = None
+    for l in range(L):
+        if progress:
+            progress(l / L)
+        E = layer_step(trace, l, E)
+        norms.append(E.double().norm(dim=-1).numpy())
+        last_pre = trace.placement != "post" and l == L - 1
+        real = (trace.layers[l]["out"] if last_pre else trace.hidden_states[l + 1]).double()
+        tot = E.double().sum(1)
+        errs.append(float(((tot - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max()))
+    return np.stack(norms), errs, E
+
+
+def compute(trace, *, progress=None) -> Map:
+    """Trace -> Map decompx: ||E^l_ik||, layer-l output of token i attributed to input token k."""
+    norms, errs, _ = decompose(trace, progress)
+    meta = {"rows_sum_to_one": False, "completeness": errs,
+            "target": "the model's layer output (hidden_states; the last pre-LN layer before the final norm)"}
+    if trace.placement != "post":
+        meta["note"] = ("pre-LN: norm1 and norm2 distributed over the parts with the real statistics; "
+                        + ("gated MLP: each part gets the mean of the two zero-origin linearisations "
+                           "(not in the paper)" if trace.weights[0].w_gate is not None else "GeLU zero-origin slope"))
+    return Map("decompx", norms, None, meta)

@@ -1,0 +1,85 @@
+"""GlobEnc (Modarressi et al. 2022, "GlobEnc: Quantifying Global Token Attribution by Incorporating
+the Whole Encoder Layer in Transformers"): norm-based per-layer attributions through the second
+LayerNorm, aggregated over layers by rollout.
+
+Per layer (post-LN, the paper's setting), as the authors' `output_globenc` code computes it:
+  T_ij = γ1 ⊙ c(z_ij) / sqrt(var(pre-LN1_i) + eps1),  z_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i
+         (ATTNRESLN's vectors: no b_O, no β1),
+  N_ij = || γ2 ⊙ c(T_ij) / sqrt(var(pre-LN2_i) + eps2) ||   (c: subtract the mean over d)
+i.e. LN2 is applied to the LN1 parts with the real statistics of the vector entering LN2, and the
+FFN's own output is left out of the parts (it only enters through LN2's variance) -- the paper's
+N_Enc. Aggregation: the plain product of the raw norm matrices, G_1 = N_1, G_l = N_l G_{l-1}, with
+no normalisation (the authors' encoder loop).
+
+Map.layer [L, n, n] = G_l with each row divided by its sum (the shares within a row are exactly the
+authors' values; the raw rows grow like the product of the layers' norms);
+meta["log_row_sum"] [L, n] = log Σ_j G_l[i, j], so exp(log_row_sum)[..., None] * layer is the
+authors' raw product; meta["per_layer"] = N_l (raw norms).
+
+Pre-LN decoders (GPT-2, Llama): the definition does not carry over as such -- the second norm sits
+inside the FFN branch, not on the residual path, so there is no "through LN2" step; what remains
+of N_Enc without the FFN is the attention block with its residual, N_ij = ||z_ij|| (= attn_res,
+with f computed from norm1(x_j)), aggregated in the same way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..models.forward import norm_stats
+from . import attn_res_ln
+from .base import Map
+
+
+def _center(v):
+    return v - v.mean(-1, keepdim=True)
+
+
+def layer_norms(trace, l: int) -> np.ndarray:
+    """Layer l (0-based) -> N [n, n] raw norms (receiver i, source j)."""
+    T, _ = attn_res_ln.parts(trace, l)  # post-LN: γ1 c(z)/s1 (no b_O, β1); pre-LN: z (no b_O)
+    if trace.placement != "post":
+        return T.norm(dim=-1).numpy()
+    w = trace.weights[l]
+    r = trace.layers[l]
+    _, s2 = norm_stats(r["resid2"].double(), _norm64(w.norm2))
+    P = _center(T) * w.norm2.weight.double() / s2.reshape(-1, 1, 1)
+    return P.norm(dim=-1).numpy()
+
+
+def _norm64(nrm):
+    from dataclasses import replace
+
+    return replace(nrm, weight=nrm.weight.double(), bias=None if nrm.bias is None else nrm.bias.double())
+
+
+def compute(trace, *, progress=None) -> Map:
+    """Trace -> Map globenc: rollout (plain product) of the per-layer N_Enc norms, rows shown as shares."""
+    L = trace.n_layers
+    per = []
+    for l in range(L):
+        if progress:
+            progress(l / L)
+        per.append(layer_norms(trace, l))
+    per = np.stack(per)
+    n = per.shape[-1]
+    shares = np.empty_like(per)
+    log_rows = np.empty(per.shape[:2])
+    R = np.eye(n)
+    log_scale = 0.0
+    for l in range(L):
+        R = per[l] @ R
+        m = R.max()
+        if m > 0:  # a global rescaling keeps the product finite and changes no share
+            R = R / m
+            log_scale += float(np.log(m))
+        rs = R.sum(-1)
+        shares[l] = np.divide(R, rs[:, None], out=np.zeros_like(R), where=rs[:, None] > 0)
+        with np.errstate(divide="ignore"):
+            log_rows[l] = np.log(rs) + log_scale
+    meta = {"rows_sum_to_one": True, "per_layer": per, "log_row_sum": log_rows,
+            "aggregation": "plain product of the raw per-layer norms (authors' code); rows shown as shares"}
+    if trace.placement != "post":
+        meta["note"] = ("pre-LN: no LayerNorm on the residual path, so GlobEnc's 'through LN2' does not "
+                        "carry over; per-layer map = ||attention + residual|| (attn_res), FFN left out")
+    return Map("globenc", shares, None, meta)
