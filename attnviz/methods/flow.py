@@ -272,10 +272,11 @@ def _pairs(Ares: np.ndarray, l: int, pairs: list, graph=None) -> list:
 
     Causal attention: each pair is solved on the subgraph induced by the nodes that can carry its
     flow, cut out in C (igraph's induced_subgraph) from `graph` (from _stack_graph, levels 0..l+1
-    or more; built here if not given): (0, j) alone at level 0 and positions j..i above it ((l, i)
-    reaches only positions <= i, only positions >= j reach (0, j); nodes that cannot reach the
-    sink, or that the source cannot reach, make push-relabel slow). Otherwise every pair on the
-    graph of levels 0..l+1 (cutting out costs more than it saves)."""
+    or more; built here if not given): (0, j) alone at level 0, positions j..i at levels 1..l, the
+    source alone at the top. (l, i) reaches only positions <= i and only positions >= j reach
+    (0, j); nodes the source cannot reach, or that cannot reach the sink, only slow push-relabel
+    down. Otherwise every pair on the graph of levels 0..l+1 (cutting out costs more than it saves).
+    """
     if not pairs:
         return []
     n = Ares.shape[-1]
@@ -284,7 +285,7 @@ def _pairs(Ares: np.ndarray, l: int, pairs: list, graph=None) -> list:
         top = (l + 1) * n
         return [g.maxflow_value(top + int(i), int(j), cap) for i, j in pairs]
     g = _stack_graph(Ares, l) if graph is None else graph
-    levels = np.arange(1, l + 2)[:, None] * n
+    levels = np.arange(1, l + 1)[:, None] * n  # levels 1..l; of the top level only the source
     out = []
     for i, j in pairs:
         i, j = int(i), int(j)
@@ -295,8 +296,8 @@ def _pairs(Ares: np.ndarray, l: int, pairs: list, graph=None) -> list:
             out.append(_column(Ares[: l + 1], i))
             continue
         w = i - j + 1
-        vids = [j] + (levels + np.arange(j, i + 1)[None, :]).ravel().tolist()
-        src = 1 + l * w + (i - j)  # ids in the subgraph follow the sorted ids: (0, j), then level by level
+        vids = [j] + (levels + np.arange(j, i + 1)[None, :]).ravel().tolist() + [(l + 1) * n + i]
+        src = 1 + l * w  # ids in the subgraph follow the sorted ids: (0, j), level by level, the source
         sub = g.induced_subgraph(vids, "create_from_scratch")
         out.append(sub.maxflow_value(src, 0, "capacity"))
     return out
