@@ -31,6 +31,7 @@ ui.init_state()
 
 # (file, title, icon); the optional pages appear only when their files exist
 PAGE_FILES = [("pages/explore.py", "Explore", ":material/grid_on:"),
+              ("pages/minimal_pair.py", "Minimal pair", ":material/compare:"),
               ("pages/heads.py", "Heads", ":material/apps:"),
               ("pages/flow_graph.py", "Flow graph", ":material/account_tree:"),
               ("pages/faithfulness.py", "Faithfulness", ":material/fact_check:"),
@@ -47,6 +48,8 @@ wanted = st.session_state.pop("_wanted_page", None)  # ?page=... of the URL a se
 if wanted in PAGES and wanted != name:
     st.switch_page(PAGES[wanted])
 st.session_state._page = name
+ui.keep_working_model()
 ui.sidebar()
+ui.flash_load_error()
 ui.sync_url()
 page.run()

@@ -190,6 +190,11 @@ _SEQ_SCALE = [[k / 8, c] for k, c in enumerate(("rgb(247,251,255)", "rgb(222,235
                                                "rgb(33,113,181)", "rgb(8,81,156)", "rgb(8,48,107)"))]
 
 
+# red (negative) - white (0) - blue (positive), for differences
+_DIV_SCALE = [[0.0, "rgb(178,24,43)"], [0.25, "rgb(239,138,98)"], [0.5, "rgb(247,247,247)"],
+              [0.75, "rgb(103,169,207)"], [1.0, "rgb(33,102,172)"]]
+
+
 def _raw_figure(data: list, layout: dict) -> go.Figure:
     """Trusted dicts -> go.Figure without validation (fields as plotly.js reads them)."""
     # template {}: no template at all (left unset, plotly would fill in its default one, ~7 kB)
@@ -207,57 +212,171 @@ def _title(text: str, x: float, y: float, yshift: int = 0, size: int = 13) -> di
                 showarrow=False, yshift=yshift, font=dict(size=size))
 
 
+# Layout of the map grid. The chart's width is only known in the browser, so columns are chosen for
+# the narrowest main area the app supports (a 1024 px window with the sidebar open, MIN_WIDTH px of
+# chart) and everything vertical is laid out in pixels (the height is ours): panel titles above,
+# x tick labels read top to bottom (-90°: a label's box is one line high, so labels never overlap
+# while a cell is at least TICK_PX wide), the axis title, then a horizontal colour bar that names
+# its quantity and unit.
+MIN_WIDTH = 560
+TICK_PX = 14  # x / y tick spacing that keeps 10 px labels apart
+TITLE_CHAR_PX = 7.6  # 13 px bold title
+CBAR_CHAR_PX = 5.8  # 10 px colour-bar title
+LABEL_CHAR_PX = 5.9  # 10 px tick label
+
+
+def _text_px(s: str, per_char: float) -> float:
+    import re as _re
+
+    lines = _re.sub(r"<(?!br)[^>]*>", "", str(s)).split("<br>")
+    # capitals, digits and wide marks take about 1.3 times an average letter
+    return per_char * max((sum(1.3 if (ch.isupper() or ch in "[]#‖—MW%") else 1.0 for ch in html.unescape(x))
+                           for x in lines), default=0)
+
+
+def panel_min_px(n: int, titles: Sequence[str], cbar_titles: Sequence[str]) -> float:
+    """The narrowest a map panel may be: TICK_PX per token, and room for its title and colour-bar title."""
+    return max(120.0, TICK_PX * n + 8, max((_text_px(t, TITLE_CHAR_PX) for t in titles), default=0) + 8,
+               max((_text_px(t, CBAR_CHAR_PX) for t in cbar_titles), default=0) + 8)
+
+
+def y_label_px(labels: Sequence[str]) -> float:
+    """Room the y tick labels and the y axis title take left of the first column."""
+    return max((_text_px(l, LABEL_CHAR_PX) for l in labels), default=0) + 40
+
+
+def auto_columns(k: int, labels: Sequence[str], titles: Sequence[str], cbar_titles: Sequence[str],
+                 width: float = MIN_WIDTH, gap_px: float = 28.0) -> int:
+    """How many map panels fit side by side in `width` px without labels or titles colliding."""
+    need = panel_min_px(len(labels), titles, cbar_titles)
+    room = width - y_label_px(labels)
+    return int(max(1, min(k, (room + gap_px) // (need + gap_px))))
+
+
+def _log_ticks(lo: float, hi: float):
+    """Decade ticks between log10 values lo and hi -> (tickvals, ticktext)."""
+    import math
+
+    vals = list(range(math.floor(lo), math.ceil(hi) + 1))
+    return vals, [f"{10.0 ** v:g}" for v in vals]
+
+
 def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence[str],
              value_names: Optional[Sequence[str]] = None, target: Optional[int] = None,
-             cell_text: Optional[bool] = None, height: Optional[int] = None) -> go.Figure:
-    """k maps [n, n] with shared token labels [n] -> one figure, k heatmaps side by side.
+             cell_text: Optional[bool] = None, height: Optional[int] = None, *, title: str = "",
+             hover_titles: Optional[Sequence[str]] = None, cols: Optional[int] = None,
+             zmax: Optional[Sequence[Optional[float]]] = None, log: bool = False,
+             diverging: Optional[Sequence[bool]] = None) -> go.Figure:
+    """k maps [n, n] with shared token labels [n] -> one figure, the maps in a grid of `cols` columns
+    (default auto_columns: as many as fit at MIN_WIDTH px), wrapped onto more rows.
 
-    Each panel has its own colour scale from 0 to its maximum (methods have different units); the
-    target row's label is drawn in bold red on the y axis. Values are written in the cells when
-    they are wide enough to read (n <= MAX_CELL_TEXT and about 18 px per cell), or cell_text=True.
+    titles: short panel titles (may hold one <br>); hover_titles: the long form, shown when hovering
+    the title or a cell. value_names: the colour bars' titles (quantity and unit). Each panel has its
+    own colour scale from 0 to its maximum unless zmax[c] is given (e.g. one maximum for all maps in
+    shares of 1). log: colours on a log10 scale (z holds log10 of the values, customdata the values;
+    for maps dominated by one cell, e.g. an attention sink). diverging[c]: a red-blue scale symmetric
+    around 0 (differences). The target row's label is drawn in bold red on the y axis. Values are
+    written in the cells when n <= MAX_CELL_TEXT or cell_text=True.
     """
     k = len(mats)
     n = len(labels)
     labels = list(labels)
     value_names = list(value_names or ["value"] * k)
-    # about square cells in a ~1000 px wide page: panel width / n, between 14 and 40 px
-    cell = min(40.0, max(14.0, (1000.0 / k - 60.0) / max(n, 1)))
-    cell_text = (n <= MAX_CELL_TEXT and cell >= 18) if cell_text is None else cell_text
+    hover_titles = list(hover_titles or [str(t).replace("<br>", " · ") for t in titles])
+    zmax = list(zmax) if zmax is not None else [None] * k
+    diverging = list(diverging) if diverging is not None else [False] * k
+    cbar_titles = [v + (" (log scale)" if log and not d else "") for v, d in zip(value_names, diverging)]
+    ncol = int(cols) if cols else auto_columns(k, labels, titles, cbar_titles)
+    ncol = max(1, min(k, ncol))
+    nrow = -(-k // ncol)
+    cell_text = (n <= MAX_CELL_TEXT) if cell_text is None else cell_text
+    # ---- vertical layout in pixels
+    n_title_lines = max((str(t).count("<br>") + 1 for t in titles), default=1)
+    T = 8 + 18 * n_title_lines  # panel title
+    P = int(max(TICK_PX * n, min(380, 24 * n)))  # the map itself
+    X = int(max((_text_px(l, LABEL_CHAR_PX) for l in labels), default=0)) + 14  # x tick labels, read downwards
+    XT = 24  # x axis title
+    C = 58  # colour bar: title, bar, tick labels
+    G = 18  # between rows
+    block = T + P + X + XT + C + G
+    top = 40 if title else 8
+    H = height or int(top + nrow * block + 4)
+    paper_h = H - top - 4
+
+    def py(px_from_top: float) -> float:  # pixels below the paper's top -> paper y
+        return 1.0 - px_from_top / paper_h
+
+    gap = 0.05 if ncol > 1 else 0.0
+    w = (1.0 - gap * (ncol - 1)) / ncol
     data, layout, notes = [], {}, []
-    yaxis = dict(_AXIS, autorange="reversed", type="category", tickmode="linear", dtick=1,
-                 tickfont=dict(size=10))
-    for c, ((x0, x1), M, vname) in enumerate(zip(_domains(k, 0.02 if k > 1 else 0.0), mats, value_names)):
+    ticktext = None
+    if target is not None and 0 <= target < n:  # the target row's label in bold red (same text)
+        ticktext = [f'<span style="color:{HIGHLIGHT}"><b>{lab}</b></span>' if i == target else lab
+                    for i, lab in enumerate(labels)]
+    for c, M in enumerate(mats):
         M = np.asarray(M, dtype=np.float64)
         if M.shape != (n, n):
             raise ValueError(f"map {c} has shape {M.shape}, expected ({n}, {n}) for {n} labels")
-        zmax = float(np.nanmax(M)) if M.size and np.isfinite(M).any() else 1.0
-        if not zmax > 0:
-            zmax = 1.0
+        r, cc = divmod(c, ncol)
+        x0 = cc * (w + gap)
+        x1 = x0 + w
+        y_top = r * block + T
+        y1, y0 = py(y_top), py(y_top + P)
         ax = "" if c == 0 else str(c + 1)
-        hm = dict(type="heatmap", z=M, x=labels, y=labels, zmin=0.0, zmax=zmax, colorscale=_SEQ_SCALE,
-                  hovertemplate=_hover(vname), name=titles[c], xaxis="x" + ax, yaxis="y" + ax,
-                  colorbar=dict(orientation="h", x=(x0 + x1) / 2, xanchor="center", y=1.0, yanchor="bottom",
-                                yref="paper", len=(x1 - x0) * 0.9, thickness=8, tickfont=dict(size=9)),
+        finite = M[np.isfinite(M)]
+        hover = hover_titles[c] + "<br>row (receives): %{y}<br>column (source): %{x}<br>" + value_names[c]
+        hm = dict(type="heatmap", x=labels, y=labels, name=str(hover_titles[c]), xaxis="x" + ax, yaxis="y" + ax,
                   xgap=1, ygap=1)
+        cbar = dict(orientation="h", x=(x0 + x1) / 2, xanchor="center", y=py(y_top + P + X + XT + 2),
+                    yanchor="top", yref="paper", len=w * 0.96, lenmode="fraction", thickness=10,
+                    tickfont=dict(size=9), ypad=0, xpad=0,
+                    title=dict(text=cbar_titles[c], side="top", font=dict(size=10)))
+        if diverging[c]:
+            m = zmax[c] if zmax[c] is not None else (float(np.abs(finite).max()) if finite.size else 1.0)
+            m = m if m > 0 else 1.0
+            hm.update(z=M, zmin=-m, zmax=m, colorscale=_DIV_SCALE, hovertemplate=hover + ": %{z:+.4g}<extra></extra>")
+            shown = M
+        elif log:
+            hi = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+            hi = max(hi, zmax[c] or 0.0)
+            floor = hi * 1e-4
+            Z = np.log10(np.clip(M, floor, None))
+            tv, tt = _log_ticks(np.log10(floor), np.log10(hi))
+            cbar.update(tickmode="array", tickvals=tv, ticktext=tt)
+            hm.update(z=Z, customdata=M, zmin=float(np.log10(floor)), zmax=float(np.log10(hi)), colorscale=_SEQ_SCALE,
+                      hovertemplate=hover + ": %{customdata:.4g}<extra></extra>")
+            shown = M
+        else:
+            hi = zmax[c] if zmax[c] is not None else (float(finite.max()) if finite.size else 1.0)
+            if not hi > 0:
+                hi = 1.0
+            hm.update(z=M, zmin=0.0, zmax=hi, colorscale=_SEQ_SCALE, hovertemplate=hover + ": %{z:.4g}<extra></extra>")
+            shown = M
+        hm["colorbar"] = cbar
         if cell_text:
-            hm.update(texttemplate="%{z:.2f}", textfont=dict(size=8 if cell < 26 else 10))
+            hm.update(text=[[f"{v:.2f}" for v in row] for row in shown], texttemplate="%{text}",
+                      textfont=dict(size=8 if n > 16 else 10))
         data.append(hm)
-        layout["xaxis" + ax] = dict(_AXIS, domain=[x0, x1], anchor="y" + ax, tickangle=-60, type="category",
-                                    tickmode="linear", dtick=1, tickfont=dict(size=10),
-                                    title=dict(text="source (column j)", font=dict(size=11), standoff=15))
-        if c == 0:
-            y = dict(yaxis, anchor="x", domain=[0.0, 1.0],
-                     title=dict(text="receiving (row i)", font=dict(size=11), standoff=15))
-            if target is not None and 0 <= target < n:  # the target row's label in bold red (same text)
-                y.update(tickmode="array", tickvals=labels,
-                         ticktext=[f'<span style="color:{HIGHLIGHT}"><b>{lab}</b></span>' if i == target else lab
-                                   for i, lab in enumerate(labels)])
-        else:  # shared y axis: same categories, labels only on the first panel
-            y = dict(yaxis, anchor="x" + ax, domain=[0.0, 1.0], matches="y", showticklabels=False)
+        layout["xaxis" + ax] = dict(_AXIS, domain=[x0, x1], anchor="y" + ax, tickangle=-90, type="category",
+                                    tickmode="linear", dtick=1, tickfont=dict(size=10), automargin=False,
+                                    title=dict(text="source (column j)", font=dict(size=11), standoff=6))
+        first_in_row = cc == 0
+        y = dict(_AXIS, autorange="reversed", type="category", tickmode="linear", dtick=1, tickfont=dict(size=10),
+                 anchor="x" + ax, domain=[y0, y1])
+        if first_in_row:
+            y.update(title=dict(text="receiving (row i)", font=dict(size=11), standoff=6))
+            if ticktext is not None:
+                y.update(tickmode="array", tickvals=labels, ticktext=ticktext)
+        else:  # the row's first panel carries the labels
+            y.update(matches="y" + ("" if r * ncol == 0 else str(r * ncol + 1)), showticklabels=False)
         layout["yaxis" + ax] = y
-        notes.append(_title(titles[c], (x0 + x1) / 2, 1.0, yshift=34))  # above the colour bar
-    layout.update(annotations=notes, height=height or int(cell * n + 230),
-                  margin=dict(l=10, r=10, t=90, b=10))
+        notes.append(dict(text=str(titles[c]), x=(x0 + x1) / 2, y=y1, xref="paper", yref="paper", xanchor="center",
+                          yanchor="bottom", showarrow=False, yshift=4, font=dict(size=13),
+                          hovertext=str(hover_titles[c]), captureevents=True, name=f"title {c}"))
+    layout.update(annotations=notes, height=H, margin=dict(l=10, r=10, t=top, b=4))
+    if title:
+        layout["title"] = dict(text=title, x=0.0, xref="paper", xanchor="left", y=1.0, yref="container",
+                               yanchor="top", pad=dict(t=8), font=dict(size=15))
     return _raw_figure(data, layout)
 
 
@@ -497,3 +616,78 @@ def graph_figure(G, threshold: float = 0.05, title: str = "") -> go.Figure:
     fig.update_layout(height=110 * top + 220, title=title or None, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=50 if title else 10, b=10), hovermode="closest")
     return _style(fig)
+
+
+# ------------------------------------------------------------------------------------ line view
+
+def line_view_html(M: np.ndarray, labels: Sequence[str], title: str = "", value_name: str = "value",
+                   target: Optional[int] = None, threshold: float = 0.02, width: int = 520) -> str:
+    """One map [n, n] in the manner of bertviz's head view -> a self-contained HTML page (SVG + a few
+    lines of JavaScript, no external files): the receiving tokens on the right, the source tokens on
+    the left, a line from right token i to left token j with opacity and width growing with M[i, j]
+    (relative to the map's maximum; lines under `threshold` of it left out). Hovering a token (either
+    side) shows only its lines and their values; the target row is drawn in red. Every token is
+    HTML-escaped text. Each line carries data-i, data-j and data-v (the value) for tests."""
+    M = np.asarray(M, dtype=np.float64)
+    n = len(labels)
+    if M.shape != (n, n):
+        raise ValueError(f"map has shape {M.shape}, expected ({n}, {n}) for {n} labels")
+    finite = M[np.isfinite(M)]
+    hi = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    row_h = 22
+    top = 46
+    h = top + row_h * n + 16
+    xl, xr = 150, width - 150
+    lines, texts = [], []
+    for i in range(n):
+        for j in range(n):
+            v = float(M[i, j])
+            if not np.isfinite(v) or v < threshold * hi:
+                continue
+            f = v / hi
+            col = HIGHLIGHT if i == target else "#1f77b4"
+            lines.append(f'<line class="edge" data-i="{i}" data-j="{j}" data-v="{v:.6g}" x1="{xr}" '
+                         f'y1="{top + row_h * i}" x2="{xl}" y2="{top + row_h * j}" stroke="{col}" '
+                         f'stroke-width="{0.5 + 4.5 * f:.2f}" stroke-opacity="{0.08 + 0.8 * f:.3f}">'
+                         f'<title>{labels[i]} ← {labels[j]}: {html.escape(value_name)} {v:.4g}</title></line>')
+    for side, x, anchor in (("src", xl - 8, "end"), ("dst", xr + 8, "start")):
+        for i, lab in enumerate(labels):
+            bold = ' font-weight="bold" fill="#d62728"' if side == "dst" and i == target else ""
+            texts.append(f'<text class="tok {side}" data-pos="{i}" x="{x}" y="{top + row_h * i + 4}" '
+                         f'text-anchor="{anchor}" font-size="13"{bold}>{lab}</text>')
+    head = (f'<text x="{xl - 8}" y="24" text-anchor="end" font-size="12" fill="#555">source (column j)</text>'
+            f'<text x="{xr + 8}" y="24" text-anchor="start" font-size="12" fill="#555">receiving (row i)</text>')
+    script = """
+<script>
+const svg = document.querySelector('svg.lineview');
+const edges = [...svg.querySelectorAll('line.edge')];
+const info = document.getElementById('info');
+function show(side, pos) {
+  let shown = [];
+  for (const e of edges) {
+    const hit = side === 'dst' ? e.dataset.i === pos : e.dataset.j === pos;
+    e.style.display = hit ? '' : 'none';
+    if (hit) shown.push(e);
+  }
+  svg.querySelectorAll('text.tok').forEach(t => t.classList.toggle('hot', t.dataset.pos === pos && t.classList.contains(side)));
+  const lab = svg.querySelector('text.tok.' + side + '[data-pos="' + pos + '"]').textContent;
+  info.textContent = lab + (side === 'dst' ? ' draws from: ' : ' feeds: ') +
+    shown.sort((a, b) => b.dataset.v - a.dataset.v).slice(0, 5).map(e => {
+      const o = svg.querySelector('text.tok.' + (side === 'dst' ? 'src' : 'dst') + '[data-pos="' +
+                                  (side === 'dst' ? e.dataset.j : e.dataset.i) + '"]').textContent;
+      return o + ' ' + Number(e.dataset.v).toPrecision(3); }).join(', ');
+}
+function reset() { edges.forEach(e => e.style.display = ''); svg.querySelectorAll('text.tok').forEach(t => t.classList.remove('hot'));
+                   info.textContent = 'Hover a token to see only its lines.'; }
+svg.querySelectorAll('text.tok').forEach(t => {
+  t.addEventListener('mouseenter', () => show(t.classList.contains('dst') ? 'dst' : 'src', t.dataset.pos));
+  t.addEventListener('mouseleave', reset);
+});
+</script>"""
+    style = ("<style>body{margin:0;font-family:" + FONT + ";color:#2a3f5f} text.tok{cursor:pointer}"
+             " text.tok.hot{font-weight:bold;fill:#d62728} #info{font-size:13px;min-height:18px;margin:2px 0 0 4px}</style>")
+    ttl = f'<div style="font-size:14px;font-weight:600;margin:2px 0 0 4px">{html.escape(title)}</div>' if title else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'>{style}</head><body>{ttl}"
+            f'<div id="info">Hover a token to see only its lines.</div>'
+            f'<svg class="lineview" width="{width}" height="{h}" viewBox="0 0 {width} {h}">{head}{"".join(lines)}'
+            f'{"".join(texts)}</svg>{script}</body></html>')

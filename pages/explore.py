@@ -56,6 +56,9 @@ with right:
     for m, why in a.disabled.items():
         st.warning(f"{ui.method_label(m)}: {ui.plain(why)}", icon=":material/block:")
 
+# ---------------------------------------------------------------- what the model reads, token by token
+ui.show_token_strip(a, lm_)
+
 shown = [m for m in st.session_state.get("methods", []) if m in a.maps]
 if not shown:
     st.info("Pick at least one method above to see its map.")
@@ -93,9 +96,22 @@ def maps_panel():
         st.toggle("Numbers in cells", key="cells", persist_state="session", bind="query-params",
                   help="Write each value (2 decimals) in its cell; hovering a cell always shows it. "
                        "Off by default: the maps redraw about twice as fast without them.")
+    d1, d2, d3, d4 = st.columns([2, 2, 2, 3])
+    d1.toggle("Same colour scale", key="same_scale", persist_state="session", bind="query-params",
+              help="One colour scale for raw attention, rollout and flow (their rows are shares of 1, so "
+                   "equal colours mean equal shares). Norm-based maps keep their own scale.")
+    d2.toggle("Log colours", key="log_colour", persist_state="session", bind="query-params",
+              help="Colours on a log scale (hover still shows the value): for maps where one column, e.g. "
+                   "the first token of SmolLM2 (an attention sink), is thousands of times larger than the rest.")
+    d3.selectbox("Maps per row", ["auto", "1", "2", "3", "4", "5", "6"], key="per_row", persist_state="session",
+                 bind="query-params", help="auto: as many as stay readable in a 1024 px window (a projector).")
+    d4.radio("Draw as", ["heatmaps", "lines"], key="draw", persist_state="session", bind="query-params",
+             horizontal=True, format_func={"heatmaps": "heatmaps", "lines": "lines between words"}.get,
+             help="Lines: the bertviz view of one layer and head, tokens on both sides, line weight = value; "
+                  "hover a token to see only its lines.")
     l, h = st.session_state.layer - 1, ui.head_index()
     view = ui.view_for(a)
-    mats, titles, units = [], [], []
+    mats, titles, longs, units = [], [], [], []
     for m in shown:
         mp = a.maps[m]
         if h and mp.heads is not None:
@@ -104,11 +120,40 @@ def maps_panel():
             M = mp.layer[l]
             where = "layer map" if mp.heads is not None or not h else "layer map (no per-head form)"
         mats.append(view.apply(M, METHODS[m].rows_sum_to_one))
-        titles.append(f"{ui.method_label(m)} · layer {l + 1} · {where}")
+        titles.append(f"<b>{ui.method_label(m)}</b><br>{where.replace(' (no per-head form)', '*')}")
+        longs.append(f"{ui.method_label(m)} · layer {l + 1} · {where}")
         units.append(ui.value_name(m))
-    fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target,
+    same = bool(st.session_state.get("same_scale"))
+    shares = [i for i, m in enumerate(shown) if m in ui.SHARE_METHODS]
+    zmax = [None] * len(shown)
+    if same and shares:
+        top = max(float(mats[i].max()) for i in shares)
+        for i in shares:
+            zmax[i] = top
+    per_row = st.session_state.get("per_row", "auto")
+    fig_title = f"Layer {l + 1} · " + (f"head {h}" if h else "all heads (layer maps)")
+    fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target, title=fig_title, hover_titles=longs,
+                         cols=None if per_row in (None, "auto") else int(per_row), zmax=zmax,
+                         log=bool(st.session_state.get("log_colour")),
                          cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= plots.MAX_CELL_TEXT)
-    st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    if st.session_state.get("draw") == "lines":
+        st.markdown(f"**{ui.plain(fig_title)}** — right: the receiving token (row i); left: the tokens it draws "
+                    "from (column j). Line weight = the value, relative to the map's largest.")
+        ncol = min(len(shown), 2)
+        cols = st.columns(ncol)
+        from streamlit.components.v1 import html as component_html
+        for c, (m, M) in enumerate(zip(shown, mats)):
+            with cols[c % ncol]:
+                with st.container(key=f"lines_{m}"):
+                    component_html(plots.line_view_html(M, view.labels, title=longs[c], value_name=units[c],
+                                                        target=view.target),
+                                   height=46 + 22 * len(view.labels) + 70)
+    else:
+        st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    if any("*" in t for t in titles):
+        st.caption("\\* layer map: this method has no per-head form, so the picked head does not apply to it.")
+    for m in shown:
+        st.caption(ui.plain(ui.EXPLAIN.get(m, "")))
     for m in shown:
         comp = a.maps[m].meta.get("completeness")
         if comp is not None and len(comp) > l:

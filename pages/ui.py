@@ -77,9 +77,35 @@ URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "lay
 # widgets bound to the URL by Streamlit itself (bind="query-params" on Explore): sync_url leaves them alone
 BOUND = ("layer", "head", "hide", "merge", "cells")
 
-VALUE_NAMES = {"attention": "attention weight", "rollout": "rollout share", "flow": "flow share",
-               "value_norm": "‖α f(x)‖", "attn_res": "‖z‖ (attn + residual)", "attn_res_ln": "‖g(z)‖ (after LN)",
-               "atb_ff": "‖FFN share‖", "atb_ff_res": "‖share‖ (to 2nd residual)", "atb_ff_res_ln": "‖share‖ (layer output)"}
+# what each map's colour bar measures: the quantity and its unit (shares of 1, or a vector norm in
+# the units of the model's hidden states)
+VALUE_NAMES = {"attention": "attention weight (share of 1)", "rollout": "rollout share (of 1)",
+               "flow": "flow share (of 1)", "value_norm": "‖α f(x)‖ (norm, hidden units)",
+               "attn_res": "‖z‖ attn+residual (norm, hidden units)", "attn_res_ln": "‖g(z)‖ after LN (norm, hidden units)",
+               "atb_ff": "‖FFN share‖ (norm, hidden units)", "atb_ff_res": "‖share‖ 2nd residual (norm, hidden units)",
+               "atb_ff_res_ln": "‖share‖ layer output (norm, hidden units)"}
+SHARE_METHODS = ("attention", "rollout", "flow")  # rows sum to 1: one colour scale can serve them all
+
+# one or two sentences shown under the maps, where the map is read (the About page has the long form)
+EXPLAIN = {
+    "attention": "Raw attention: row i is how one layer's softmax splits token i's attention over the tokens "
+                 "(each row sums to 1). It ignores the residual stream and the size of the value vectors.",
+    "rollout": "Rollout: attention composed through the layers, with the residual connection counted as half "
+               "of each step ((A + I) / 2, rows renormalised). At layer 1 there is nothing to compose yet, so "
+               "rollout equals the first layer's (A + I) / 2 — and so does flow.",
+    "flow": "Flow: the maximum flow from token i at this layer to each input token through the layered "
+            "attention graph (same graph as rollout); at layer 1 it equals rollout.",
+    "value_norm": "Value-weighted norm: ‖α f(x)‖, how large a vector each source token actually adds through "
+                  "attention (a large weight on a small vector adds little).",
+    "attn_res": "AttnRes-N: the attention output plus the residual stream, split per source token (norms): "
+                "the token's own share includes its residual copy.",
+    "attn_res_ln": "ATTNRESLN: like AttnRes-N, after the layer normalisation; adds what LN does to each source's "
+                   "share. On models with an attention sink (a first token taking most of the mass, e.g. "
+                   "SmolLM2) one column dwarfs the rest: try the log colour scale.",
+    "atb_ff": "ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients).",
+    "atb_ff_res": "ATBFFRES: ATBFF plus the second residual connection.",
+    "atb_ff_res_ln": "ATBFFRESLN: the whole layer's output per source token, after the last layer norm.",
+}
 
 
 # ------------------------------------------------------------------------------------ text helpers
@@ -105,6 +131,13 @@ def method_label(name: str) -> str:
 
 def value_name(name: str) -> str:
     return VALUE_NAMES.get(name, "value")
+
+
+def flash_load_error() -> None:
+    """The error of a model that failed to load (the previous one kept), shown once."""
+    msg = st.session_state.pop("_load_flash", None)
+    if msg:
+        st.error(plain(msg), icon=":material/error:")
 
 
 # ------------------------------------------------------------------------------------ state
@@ -303,6 +336,24 @@ def _try_load():
     return None, errors[s]
 
 
+def keep_working_model() -> None:
+    """Called by app.py before the sidebar: when the chosen model fails to load and another one
+    loaded before in this session, go back to that one and keep the error for flash_load_error()
+    (shown once); a retry of the failed spec later loads it afresh."""
+    ss = st.session_state
+    s = spec()
+    lm, err = _try_load()
+    if lm is not None:
+        ss._good_spec = s
+        return
+    prev = ss.get("_good_spec")
+    if prev and prev != s:
+        ss.spec = prev
+        ss.target = AUTO
+        ss._load_flash = f"Could not load '{s}': {err}. Still using {prev}."
+        ss.get("_load_errors", {}).pop(s, None)
+
+
 def model():
     """The LoadedModel for the current spec, or None after showing the one-line reason."""
     lm, err = _try_load()
@@ -426,22 +477,24 @@ def _confirm_flow(key) -> None:
     st.session_state.setdefault("_flow_ok", set()).add(key)
 
 
-def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True) -> Optional["attnviz.Analysis"]:
+def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
+             text_: Optional[str] = None) -> Optional["attnviz.Analysis"]:
     """attnviz.analyze for the current (spec, text, methods, target, cap), cached; None (after an
     error box) when the model or the text cannot be used. methods: default the selected ones.
 
     Attention flow is computed on its own (it depends on the attention only). When its estimated
     cost exceeds FLOW_ASK_SECONDS it is left out (listed in .disabled with its estimate) until the
     user presses the button shown here, then computed with a progress bar (ask=False: no warning,
-    no button, e.g. inside a fragment that reruns on its own)."""
+    no button, e.g. inside a fragment that reruns on its own). text_: another sentence than the
+    sidebar's (the minimal pair), analysed at its automatic target."""
     lm = model()
     if lm is None:
         return None
     if methods is None:
         methods = st.session_state.get("methods") or DEFAULT_METHODS
     methods = tuple(m for m in methods if m in METHODS)
-    s, t, c = spec(), text(), cap()
-    target_ = target()
+    s, t, c = spec(), (text() if text_ is None else str(text_)), cap()
+    target_ = target() if text_ is None else None
     from attnviz.trace import encode
     try:
         try:
@@ -519,6 +572,39 @@ def view_for(a):
     merge = bool(ss.get("merge"))
     return make_view(a.tokens, a.special, a.target, hide_special=bool(ss.get("hide")),
                      merge_words=merge, word_ids=word_ids(a) if merge else None)
+
+
+def token_report(a, lm=None, typed: Optional[str] = None):
+    """attnviz.tokencheck.check_tokens for an Analysis of the current model."""
+    from attnviz.tokencheck import check_tokens, longest_training_input
+
+    lm = lm or model()
+    tok = getattr(lm, "tokenizer", None)
+    return check_tokens(a.tokens, a.special, a.target, text=text() if typed is None else typed,
+                        task=getattr(lm, "task", "encoder"), unk_token=getattr(tok, "unk_token", None),
+                        mask_token=getattr(tok, "mask_token", None), word_ids=word_ids(a), blank=a.blank,
+                        trained_tokens=longest_training_input(lm) if lm is not None else None,
+                        pieces_unseen=str(getattr(lm, "spec", "")).startswith("builtin:"),
+                        has_prediction=bool(a.prediction))
+
+
+def show_token_strip(a, lm=None, key: str = "strip", typed: Optional[str] = None) -> None:
+    """The tokens as the model reads them ([UNK] and split words marked), what is predicted, and a
+    warning when the prediction may not be meaningful."""
+    from attnviz.tokencheck import strip_html
+
+    rep = token_report(a, lm, typed)
+    with st.container(key=key):
+        st.html(strip_html(a.tokens, rep.marks, a.target))
+        legend = []
+        if "unk" in rep.marks:
+            legend.append(":red[red]: unknown to the model")
+        if "piece" in rep.marks:
+            legend.append(":orange[orange]: a word split into pieces")
+        st.caption(plain(rep.predicted) + ("  \n" + " · ".join(legend) if legend else ""))
+        if rep.warnings:
+            st.warning("**The prediction may not be meaningful.** " + " ".join(plain(w) for w in rep.warnings),
+                       icon=":material/warning:")
 
 
 def head_options(H: int) -> list:

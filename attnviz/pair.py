@@ -1,0 +1,58 @@
+"""Minimal pairs: two sentences that differ in one word, analysed with the same maps, and their
+difference. Pure functions (no Streamlit)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+# (sentence A, sentence B) per preset; masked LMs and causal LMs (which read only the words before [MASK])
+PAIRS = {
+    "Agreement: singular vs plural attractor": ("the key to the cabinet [MASK] on the table .",
+                                                "the key to the cabinets [MASK] on the table ."),
+    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] on the table .",
+                                              "the keys to the cabinets [MASK] on the table ."),
+    "Pronoun: queen vs king": ("the queen who met the boys talked to the king about [MASK] garden .",
+                               "the king who met the girls talked to the queen about [MASK] garden ."),
+}
+CAUSAL_PAIRS = {
+    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] on the table .",
+                                              "the keys to the cabinet [MASK] on the table ."),
+    "Agreement: no attractor": ("the cat [MASK] sleeping on the sofa .", "the cats [MASK] sleeping on the sofa ."),
+    "Pronoun: his vs her": ("the boy who met the girls lost [MASK] keys .",
+                            "the woman who talked to the boys lost [MASK] phone ."),
+}
+
+
+@dataclass
+class PairDiff:
+    """B − A cell by cell when both sentences have the same number of tokens (aligned position by
+    position), else None with the reason; `changed` lists the positions whose tokens differ."""
+
+    diff: Optional[np.ndarray]
+    changed: list
+    reason: str = ""
+
+
+def changed_positions(tokens_a: Sequence[str], tokens_b: Sequence[str]) -> list:
+    """Positions (of equal-length token lists) where the tokens differ."""
+    return [i for i, (x, y) in enumerate(zip(tokens_a, tokens_b)) if x != y]
+
+
+def difference(M_a: np.ndarray, M_b: np.ndarray, tokens_a: Sequence[str], tokens_b: Sequence[str]) -> PairDiff:
+    """Maps [n, n] of the two sentences -> PairDiff (B − A). Sentences of different token counts have
+    no cell-by-cell correspondence: diff None."""
+    M_a, M_b = np.asarray(M_a, dtype=np.float64), np.asarray(M_b, dtype=np.float64)
+    if len(tokens_a) != len(tokens_b) or M_a.shape != M_b.shape:
+        return PairDiff(None, [], f"the sentences have {len(tokens_a)} and {len(tokens_b)} tokens: there is no "
+                                  "cell-by-cell difference (make them differ in one word of one token)")
+    return PairDiff(M_b - M_a, changed_positions(tokens_a, tokens_b))
+
+
+def pair_labels(tokens_a: Sequence[str], tokens_b: Sequence[str]) -> list:
+    """Axis labels of the difference map: "3·cabinet→cabinets" where the tokens differ, else "3·the"."""
+    from .plots import SEP, clean_token
+
+    return [f"{i}{SEP}{clean_token(x)}" if x == y else f"{i}{SEP}{clean_token(x)}→{clean_token(y)}"
+            for i, (x, y) in enumerate(zip(tokens_a, tokens_b))]
