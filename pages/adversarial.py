@@ -48,26 +48,46 @@ ss = st.session_state
 ss.setdefault("adv_kind", "head")
 ss.setdefault("adv_layer", L)
 ss.setdefault("adv_head", 1)
+if ss.adv_kind not in KINDS:
+    ss.adv_kind = "head"
 ss.adv_layer = min(max(1, int(ss.adv_layer)), L)
 ss.adv_head = min(max(1, int(ss.adv_head)), H)
+with st.expander("What the words on this page mean", icon=":material/help:"):
+    st.markdown(
+        "- **Attention change (JSD)**: the Jensen–Shannon divergence between the model's own attention row α and "
+        "the replacement α′ — 0 when they are equal, at most ln 2 ≈ 0.69 when they share nothing.\n"
+        "- **Output change (TVD)**: the total variation distance between the output distributions before and "
+        "after — half the sum of the absolute differences of the probabilities; 0.1 means 10 % of the "
+        "probability moved to other words.\n"
+        "- **ε (tolerance)**: how much output change still counts as “the same prediction”; Jain & Wallace used "
+        "0.01.\n"
+        "- **Frontier**: for each attention change, the smallest output change any search found. Points below and "
+        "right of it would be attention that changes a lot while the output stays put.\n"
+        "- **λ**: the search's trade-off weight between the two distances; **restart**: another random start.")
 
 c1, c2, c3 = st.columns([2, 1, 1])
-kind = c1.radio("Intervention site (the target row)", list(KINDS), format_func=KINDS.get, key="adv_kind",
-                horizontal=True)
-layer = c2.selectbox("Layer", list(range(1, L + 1)), key="adv_layer", disabled=kind == "all")
-head = c3.selectbox("Head", list(range(1, H + 1)), key="adv_head", disabled=kind != "head")
+kind = c1.radio("Where the attention is replaced (the target row)", list(KINDS), format_func=KINDS.get,
+                key="adv_kind", horizontal=True, persist_state="session", bind="query-params")
+layer = c2.selectbox("Layer", list(range(1, L + 1)), key="adv_layer", disabled=kind == "all",
+                     persist_state="session", bind="query-params")
+head = c3.selectbox("Head", list(range(1, H + 1)), key="adv_head", disabled=kind != "head",
+                    persist_state="session", bind="query-params")
 site = A.Site(kind, 0 if kind == "all" else layer - 1, head - 1 if kind == "head" else 0)
 seed_specs = A.seed_specs(lm.spec)
 with st.expander("Search settings"):
     s1, s2, s3, s4 = st.columns(4)
-    steps = int(s1.number_input("Adam steps", 10, 2000, 200, step=50, key="adv_steps"))
-    restarts = int(s2.number_input("Restarts per λ", 1, 8, 3, key="adv_restarts",
+    steps = int(s1.number_input("Adam steps", 10, 2000, 200, step=50, key="adv_steps", persist_state="session",
+                                bind="query-params"))
+    restarts = int(s2.number_input("Restarts per λ", 1, 8, 3, key="adv_restarts", persist_state="session",
+                                   bind="query-params",
                                    help="Restart 1 starts at the model's own attention, the others at random. "
                                         "With 3 or more, after a quarter of the steps each λ keeps restart 1 "
                                         "and its best random restart; they run to the end."))
-    points = int(s3.number_input("λ values", 2, 48, 16, key="adv_points",
+    points = int(s3.number_input("λ values", 2, 48, 16, key="adv_points", persist_state="session",
+                                 bind="query-params",
                                  help="0 and a geometric grid from 0.001 to 31.6; all in one batch."))
     jw_steps = int(s4.number_input("Jain & Wallace steps", 0, 2000, A.JW_STEPS, step=50, key="adv_jw_steps",
+                                   persist_state="session", bind="query-params",
                                    help="Their search: 5 adversaries, Adam lr 0.01, hinge at TVD ε = 0.01, "
                                         "accepted at TVD ≤ 0.05. 0 leaves it out."))
     use_seeds = st.checkbox(f"Compare with the models trained from other seeds ({', '.join(seed_specs) or 'none found'})",
@@ -121,17 +141,35 @@ def _follow(which):
     ss.adv_follow = which
 
 
+def baselines_dwarf(fr, jw=None, ratio: float = 5.0) -> bool:
+    """True when the baselines' output changes (permutations, uniform α, other seeds, Jain & Wallace)
+    reach more than `ratio` times the frontier's largest: on a linear axis the frontier is then a flat
+    line at the bottom, so the TVD axis starts on a log scale."""
+    _, ey = fr.envelope_xy()
+    front = float(np.max(ey)) if len(ey) else 0.0
+    base = [float(np.max(fr.perm_tvd)) if len(fr.perm_tvd) else 0.0, float(fr.uniform[1])]
+    base += [float(x.tvd) for x in fr.seeds]
+    if jw is not None and len(jw.tvd):
+        base.append(float(np.max(jw.tvd)))
+    return max(base) > ratio * max(front, 1e-12)
+
+
+JSD_STEPS = [round(0.01 * k, 2) for k in range(70)]
+
+
 def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
-    """Frontier, all points, baselines and the two slider points -> figure (meta 'frontier')."""
+    """Frontier, all points, baselines and the two slider points -> figure (meta 'frontier').
+    Two sliders inside the chart (plotly's own, run in the browser) move the two points and their
+    guide lines while they are dragged; the app's sliders below set the point shown in detail."""
     fig = go.Figure()
     fig.add_trace(go.Scattergl(x=fr.jsd, y=fr.tvd, mode="markers", name="points tried",
                                marker=dict(color=COL["points"], size=4),
                                hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>point tried</extra>"))
     ex, ey = fr.envelope_xy()
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines+markers", name="frontier (lowest TVD at each JSD)",
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines+markers", name="frontier (smallest output change at each attention change)",
                              line=dict(color=COL["frontier"], shape="vh", width=2), marker=dict(size=5),
                              hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>frontier</extra>"))
-    fig.add_trace(go.Scatter(x=fr.perm_jsd, y=fr.perm_tvd, mode="markers", name=f"{len(fr.perm_jsd)} random permutations of α",
+    fig.add_trace(go.Scatter(x=fr.perm_jsd, y=fr.perm_tvd, mode="markers", name=f"{len(fr.perm_jsd)} shuffles of α",
                              marker=dict(color=COL["perm"], symbol="x", size=6),
                              hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>permutation</extra>"))
     fig.add_trace(go.Scatter(x=[fr.uniform[0]], y=[fr.uniform[1]], mode="markers", name="uniform α",
@@ -139,7 +177,7 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
                              hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>uniform</extra>"))
     if fr.seeds:
         fig.add_trace(go.Scatter(x=[s.jsd for s in fr.seeds], y=[s.tvd for s in fr.seeds], mode="markers+text",
-                                 name="other seeds (same sentence)", text=[s.spec.split(":")[-1].split("-")[-1] for s in fr.seeds],
+                                 name="models from other seeds", text=[s.spec.split(":")[-1].split("-")[-1] for s in fr.seeds],
                                  textposition="top center", marker=dict(color=COL["seed"], symbol="triangle-up", size=12),
                                  customdata=[s.spec for s in fr.seeds],
                                  hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>%{customdata}</extra>"))
@@ -148,23 +186,47 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
                                  marker=dict(color=COL["jw"], symbol="star", size=11,
                                              line=dict(width=1, color="black")),
                                  hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>Jain & Wallace</extra>"))
-    fig.add_trace(go.Scatter(x=[fr.jsd[i_jsd]], y=[fr.tvd[i_jsd]], mode="markers", name=f"lowest TVD at JSD ≥ {x_target:.2f}",
+    k_jsd = len(fig.data)
+    fig.add_trace(go.Scatter(x=[fr.jsd[i_jsd]], y=[fr.tvd[i_jsd]], mode="markers", name="at the attention-change target",
                              marker=dict(color=COL["at_jsd"], size=15, symbol="circle-open", line=dict(width=3)),
                              hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>at the JSD target</extra>"))
-    fig.add_trace(go.Scatter(x=[fr.jsd[i_eps]], y=[fr.tvd[i_eps]], mode="markers", name=f"largest JSD at TVD ≤ {eps:g}",
+    k_eps = len(fig.data)
+    fig.add_trace(go.Scatter(x=[fr.jsd[i_eps]], y=[fr.tvd[i_eps]], mode="markers", name="within the tolerance ε",
                              marker=dict(color=COL["within"], size=15, symbol="square-open", line=dict(width=3)),
                              hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>within ε</extra>"))
     fig.add_vline(x=x_target, line=dict(color=COL["at_jsd"], dash="dot", width=1))
     fig.add_hline(y=eps, line=dict(color=COL["within"], dash="dot", width=1))
-    fig.update_xaxes(title_text="JSD(α′, α)  — how far the attention moved", range=[-0.01, math.log(2) + 0.01])
+    fig.update_xaxes(title_text="JSD(α′, α): how far the attention moved", range=[-0.01, math.log(2) + 0.01])
     if log_y:
-        pos = np.concatenate([fr.tvd[fr.tvd > 0], fr.perm_tvd[fr.perm_tvd > 0], [eps]])
+        pos = np.concatenate([fr.tvd[fr.tvd > 0], fr.perm_tvd[fr.perm_tvd > 0], [min(EPS_CHOICES)]])
         lo = max(1e-9, float(pos.min()) / 2) if pos.size else 1e-6
         fig.update_yaxes(type="log", range=[math.log10(lo), 0.05])
-    fig.update_yaxes(title_text="TVD(ŷ′, ŷ)  — how far the output moved")
-    fig.update_layout(height=480, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", meta="frontier",
-                      title=f"{site_label(fr)}: attention distance vs output distance",
-                      legend=dict(orientation="h", yanchor="top", y=-0.15, font=dict(size=11)))
+    fig.update_yaxes(title_text="TVD(ŷ′, ŷ): how far the output moved" + (" (log)" if log_y else ""))
+    # sliders run by plotly.js in the browser: the points follow while the handle is dragged
+    jsd_steps = []
+    for t in JSD_STEPS:
+        i = fr.at_jsd(t)
+        jsd_steps.append(dict(method="update", label=f"{t:.2f}",
+                              args=[{"x": [[float(fr.jsd[i])]], "y": [[float(fr.tvd[i])]]},
+                                    {"shapes[0].x0": t, "shapes[0].x1": t}, [k_jsd]]))
+    eps_steps = []
+    for e in EPS_CHOICES:
+        i = fr.within(e)
+        eps_steps.append(dict(method="update", label=f"{e:g}",
+                              args=[{"x": [[float(fr.jsd[i])]], "y": [[float(fr.tvd[i])]]},
+                                    {"shapes[1].y0": e, "shapes[1].y1": e}, [k_eps]]))
+    act_jsd = min(range(len(JSD_STEPS)), key=lambda k: abs(JSD_STEPS[k] - x_target))
+    act_eps = EPS_CHOICES.index(eps) if eps in EPS_CHOICES else 0
+    fig.update_layout(sliders=[
+        dict(steps=jsd_steps, active=act_jsd, x=0.0, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
+             currentvalue=dict(prefix="attention change ≥ ", font=dict(size=12, color=COL["at_jsd"])),
+             ticklen=0, font=dict(size=9), name="jsd"),
+        dict(steps=eps_steps, active=act_eps, x=0.52, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
+             currentvalue=dict(prefix="output change ≤ ε = ", font=dict(size=12, color=COL["within"])),
+             ticklen=0, font=dict(size=9), name="eps")])
+    fig.update_layout(height=600, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", meta="frontier",
+                      title=f"{site_label(fr)}: attention change vs output change",
+                      legend=dict(orientation="h", yanchor="top", y=-0.42, font=dict(size=11)))
     return fig
 
 
@@ -206,12 +268,21 @@ def explore(fr, jw):
     ss.setdefault("adv_follow", "eps")
     ss.setdefault("adv_eps", A.JW_EPS)
     ss.setdefault("adv_jsd", round(min(0.3, float(fr.jsd.max())), 2))
+    if ss.get("_adv_log_for") != key:  # a new result: log TVD when the baselines dwarf the frontier
+        ss._adv_log_for = key
+        ss.adv_log = baselines_dwarf(fr, jw)
     k1, k2, k3 = st.columns([3, 3, 1])
-    x_target = k1.slider("JSD target: the lowest TVD reached with at least this JSD", 0.0, 0.69, step=0.01,
-                         key="adv_jsd", on_change=_follow, args=("jsd",))
-    eps = k2.select_slider("ε: the largest JSD reached with TVD at most ε", EPS_CHOICES, key="adv_eps",
-                           on_change=_follow, args=("eps",))
-    log_y = k3.checkbox("log TVD", key="adv_log")
+    x_target = k1.slider("Attention change to reach (JSD)", 0.0, 0.69, step=0.01, key="adv_jsd",
+                         on_change=_follow, args=("jsd",), persist_state="session", bind="query-params",
+                         help="Shows the point whose attention moved at least this far (Jensen–Shannon divergence "
+                              "between the new and the original attention row; 0 = same, 0.69 = nothing in "
+                              "common) with the smallest change of the output.")
+    eps = k2.select_slider("Output change tolerated (ε, TVD)", EPS_CHOICES, key="adv_eps", on_change=_follow,
+                           args=("eps",), persist_state="session", bind="query-params",
+                           help="Shows the point whose attention moved furthest while the output moved at most "
+                                "ε (total variation distance: the share of probability that went elsewhere).")
+    log_y = k3.checkbox("log TVD", key="adv_log", persist_state="session", bind="query-params",
+                        help="On by default when the baselines' output changes dwarf the frontier's.")
     i_jsd, i_eps = fr.at_jsd(x_target), fr.within(eps)
     i = i_jsd if ss.adv_follow == "jsd" else i_eps
     st.plotly_chart(frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y), key="adv_frontier_chart")

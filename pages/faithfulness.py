@@ -20,6 +20,28 @@ except ImportError:  # run from inside pages/
     import ui
 
 STATS = {"spearman": "Spearman ρ", "kendall": "Kendall τ-b"}
+
+
+def named_as_everywhere(fig, methods):
+    """The faithfulness figures name maps by their registry keys ('value_norm'): use the labels every
+    other page uses ('Value-weighted norm') in panel titles, trace names, legends and hovers."""
+    import re
+
+    pat = re.compile(r"\b(" + "|".join(re.escape(m) for m in sorted(methods, key=len, reverse=True)) + r")\b")
+
+    def sub(t):
+        return pat.sub(lambda mm: ui.method_label(mm.group(1)), t) if isinstance(t, str) and methods else t
+
+    for ann in fig.layout.annotations or ():
+        ann.text = sub(ann.text)
+    for tr in fig.data:
+        if tr.name:
+            tr.name = sub(tr.name)
+        if getattr(tr, "legendgroup", None):
+            tr.legendgroup = sub(tr.legendgroup)
+        if getattr(tr, "hovertemplate", None):
+            tr.hovertemplate = sub(tr.hovertemplate)
+    return fig
 IG_TOL = 0.01  # integrated gradients: steps doubled (up to 256) until the completeness error is within 1 %
 
 st.title("Faithfulness")
@@ -79,14 +101,19 @@ if a is None:
 @st.cache_data(show_spinner="Measuring token importance…", max_entries=32)
 def _score(spec: str, text: str, target: int, methods: tuple, baselines: tuple, contrast, ig_steps: int,
            include_target: bool, _lm, _a):
+    import time
+
+    t0 = time.perf_counter()
     r = F.score_sentence(_lm, text, methods=list(methods), baselines=list(baselines), contrast=contrast,
                          ig_steps=ig_steps, include_target=include_target, analysis=_a, max_tokens=ui.cap(),
                          ig_tol=IG_TOL)
-    return r.importance, r.correlations, r.notes
+    # one sentence of the study = its analysis (maps) + this scoring: both measured here
+    seconds = time.perf_counter() - t0 + float(sum(_a.timings.values()))
+    return r.importance, r.correlations, r.notes, seconds
 
 
 try:
-    imp, corr, notes = _score(lm.spec, a.text, a.target, tuple(m for m in methods if m in a.maps), tuple(baselines),
+    imp, corr, notes, sentence_seconds = _score(lm.spec, a.text, a.target, tuple(m for m in methods if m in a.maps), tuple(baselines),
                               contrast, int(ig_steps), bool(include_target), lm, a)
 except (InputError, AttnvizError) as e:
     ui.show_error(e)
@@ -113,7 +140,7 @@ st.caption("; ".join(e for e in explain if e) + f". Compared over {len(imp.posit
 @st.fragment
 def bars_panel(imp, rows: dict, L: int):
     layer = st.slider("Layer of the maps' rows", 1, L, L, key="fa_layer")
-    fig = figures.importance_figure(imp, rows, layer - 1)
+    fig = named_as_everywhere(figures.importance_figure(imp, rows, layer - 1), list(rows))
     st.plotly_chart(fig, key="fa_bars", config={"displayModeBar": False})
     st.caption("Red: importance baselines (absolute change of the target quantity, or gradient sizes). "
                "Blue: each map's row for the target at this layer. Each panel has its own scale: the "
@@ -197,10 +224,40 @@ if s2.button("Run the study", key="fa_study_go", icon=":material/play_arrow:"):
             store[key] = res
         bar.empty()
 
+@st.cache_data(show_spinner="Timing one sentence of the set for the estimate…", max_entries=16)
+def _time_one_study_sentence(spec: str, methods: tuple, baselines: tuple, ig_steps: int, include_target: bool, _lm):
+    """Seconds per sentence the study takes for the set's first 3 sentences with these settings (None if
+    the set is missing)."""
+    import time
+
+    try:
+        from attnviz.builtin import load_eval_set
+
+        items = load_eval_set("agreement", 3)
+    except (OSError, ValueError):
+        return None
+    t0 = time.perf_counter()
+    try:
+        F.study(_lm, items, methods=list(methods), baselines=list(baselines), ig_steps=ig_steps,
+                include_target=include_target, ig_tol=IG_TOL)
+    except AttnvizError:
+        return None
+    return (time.perf_counter() - t0) / max(1, len(items))
+
+
 res = store.get(key)
 if res is None:
-    st.caption("Press the button to run it (progress is shown; about a second per sentence on the built-in "
-               "model, more for larger models and when gradients of a model without output head are needed).")
+    per = _time_one_study_sentence(lm.spec, tuple(corr.methods), tuple(corr.baselines), int(ig_steps),
+                                   bool(include_target), lm)
+    if per is None:
+        per, how = sentence_seconds, "this sentence took"
+    else:
+        how = "the set's first 3 sentences took"
+    est = per * int(n_items)
+    st.caption(f"Press the button to run it (progress is shown). Estimate: about {est:.0f} s "
+               f"({est / 60:.1f} min) for {int(n_items)} sentences — {how} {per:.2f} s each with these settings, "
+               "measured just now on this machine (the time per sentence varies with its length and the "
+               "machine's load).")
 else:
     facts = [f"{res.n_sentences} sentences in {res.seconds:.0f} s"]
     if res.accuracy() is not None:
@@ -224,4 +281,4 @@ else:
                "/".join(map(str, ref["layers"])) + ": " +
                "; ".join(f"{ui.method_label(m)} " + "/".join(f"{v:+.2f}" for v in ref[m])
                          for m in ("attention", "rollout", "flow")))
-    st.plotly_chart(figures.study_figure(res, sstat), key="fa_study_fig")
+    st.plotly_chart(named_as_everywhere(figures.study_figure(res, sstat), list(res.methods)), key="fa_study_fig")
