@@ -399,10 +399,13 @@ def test_decompx_parts_sum_to_model_output(tiny64, family):
     lm = tiny64(family)
     tr = trace(lm, SENTENCE, dtype=torch.float64)
     hs, _ = _hf(lm)
-    E = None
+    n = len(tr.tokens)
+    pairs = decompx.Pairs(n, lm.arch.causal)
+    full = decompx.Pairs(n, False)
+    E = E_full = None
     for l in range(tr.n_layers):
-        E = decompx.layer_step(tr, l, E)
-        tot = E.sum(1)
+        E = decompx.layer_step(tr, l, E, pairs)
+        tot = pairs.sum_rows(E)
         if lm.arch.placement == "pre" and l == tr.n_layers - 1:
             from attnviz.models.forward import apply_norm
             tot = apply_norm(tot, lm.arch.final_norm.__class__(lm.arch.final_norm.kind,
@@ -410,8 +413,11 @@ def test_decompx_parts_sum_to_model_output(tiny64, family):
                              None if lm.arch.final_norm.bias is None else lm.arch.final_norm.bias.double(),
                              lm.arch.final_norm.eps))
         assert float((tot - hs[l + 1]).abs().max() / hs[l + 1].abs().max()) < _tol(lm, 1e-9, 1e-6), (family, l)
-        if lm.arch.causal:
-            assert float(E[torch.triu(torch.ones(len(tr.tokens), len(tr.tokens)), 1).bool()].abs().max()) == 0
+        if lm.arch.causal:  # the packed causal pairs equal the full computation, whose k > i parts are 0
+            E_full = decompx.layer_step(tr, l, E_full, full)
+            D = full.dense(E_full)
+            assert float(D[torch.triu(torch.ones(n, n), 1).bool()].abs().max()) == 0
+            np.testing.assert_allclose(pairs.dense(E).numpy(), D.numpy(), atol=1e-12)
     assert max(decompx.compute(tr).meta["completeness"]) < _tol(lm, 1e-9, 1e-6)
 
 

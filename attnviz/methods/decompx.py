@@ -43,43 +43,74 @@ from .base import Map
 EPS = 1e-12  # the authors' guard in the absdot weights and the zero-origin slope
 
 
-def absdot(parts: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """parts [n, n, e], bias [e] or [n, e] -> parts + w_ik bias_i, w_ik = |<parts_ik, b_i>| / (Σ_k |.| + 1e-12)."""
-    b = bias if bias.dim() == 2 else bias.expand(parts.shape[0], -1)
-    wts = torch.einsum("ike,ie->ik", parts, b).abs()
-    wts = wts / (wts.sum(-1, keepdim=True) + EPS)
-    return parts + wts[..., None] * b[:, None, :]
+class Pairs:
+    """The (receiver i, input token k) pairs that can be nonzero: all of them, or k <= i for causal
+    models. Parts are stored packed as [P, e] rows; rows[p] = i, cols[p] = k."""
+
+    def __init__(self, n: int, causal: bool):
+        if causal:
+            self.rows, self.cols = torch.tril_indices(n, n)
+        else:
+            self.rows = torch.arange(n).repeat_interleave(n)
+            self.cols = torch.arange(n).repeat(n)
+        self.n = n
+
+    def dense(self, packed: torch.Tensor) -> torch.Tensor:
+        out = packed.new_zeros(self.n, self.n, packed.shape[-1])
+        out[self.rows, self.cols] = packed
+        return out
+
+    def pack(self, dense: torch.Tensor) -> torch.Tensor:
+        return dense[self.rows, self.cols]
+
+    def sum_rows(self, packed: torch.Tensor) -> torch.Tensor:
+        """Σ over k of each receiver's parts: [P, ...] -> [n, ...]."""
+        return packed.new_zeros(self.n, *packed.shape[1:]).index_add_(0, self.rows, packed)
 
 
-def distribute_norm(parts: torch.Tensor, nrm, real: torch.Tensor) -> torch.Tensor:
-    """A norm applied to parts [n, n, d] with the real statistics of real [n, d]; β split by absdot."""
+def absdot(parts: torch.Tensor, bias: torch.Tensor, pairs: Pairs = None) -> torch.Tensor:
+    """parts + w_ik b_i with w_ik = |<parts_ik, b_i>| / (Σ_k |<parts_ik, b_i>| + 1e-12): the bias b [e] or
+    [n, e] split over receiver i's parts. parts: [n, n, e] (dense), or [P, e] packed with `pairs`."""
+    if pairs is None:
+        b = bias if bias.dim() == 2 else bias.expand(parts.shape[0], -1)
+        wts = torch.einsum("ike,ie->ik", parts, b).abs()
+        wts = wts / (wts.sum(-1, keepdim=True) + EPS)
+        return parts + wts[..., None] * b[:, None, :]
+    b = bias[pairs.rows] if bias.dim() == 2 else bias
+    wts = (parts * b).sum(-1).abs()
+    wts = wts / (pairs.sum_rows(wts)[pairs.rows] + EPS)
+    return parts + wts[:, None] * b
+
+
+def distribute_norm(parts: torch.Tensor, nrm, real: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+    """A norm applied to packed parts [P, d] with the real statistics of real [n, d]; β split by absdot."""
     _, scale = norm_stats(real, nrm)
     if nrm.kind == "layernorm":
         parts = parts - parts.mean(-1, keepdim=True)
-    out = parts * nrm.weight / scale[:, None, :]
-    return out if nrm.bias is None else absdot(out, nrm.bias)
+    out = parts * nrm.weight / scale[pairs.rows]
+    return out if nrm.bias is None else absdot(out, nrm.bias, pairs)
 
 
 def _zo_slope(act_z: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return act_z / (z + EPS)
 
 
-def ffn_parts(w, U: torch.Tensor, ffn_in: torch.Tensor) -> torch.Tensor:
-    """FFN input parts U [n, n, d] (Σ_k U_ik = ffn_in_i) -> FFN output parts [n, n, d]."""
+def ffn_parts(w, U: torch.Tensor, ffn_in: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+    """Packed FFN input parts U [P, d] (Σ_k U_ik = ffn_in_i) -> packed FFN output parts [P, d]."""
     act = w.activation()
+    rows = pairs.rows
     F1 = U @ w.w1
     if w.b1 is not None:
-        F1 = absdot(F1, w.b1)
+        F1 = absdot(F1, w.b1, pairs)
     z = ffn_in @ w.w1 + (0 if w.b1 is None else w.b1)
     if w.w_gate is None:
-        H = F1 * _zo_slope(act(z), z)[:, None, :]
+        H = F1 * _zo_slope(act(z), z)[rows]
     else:
-        G = U @ w.w_gate
         g = ffn_in @ w.w_gate
         ag = act(g)
-        H = 0.5 * (F1 * ag[:, None, :] + G * (_zo_slope(ag, g) * z)[:, None, :])
+        H = 0.5 * (F1 * ag[rows] + (U @ w.w_gate) * (_zo_slope(ag, g) * z)[rows])
     F2 = H @ w.w2
-    return F2 if w.b2 is None else absdot(F2, w.b2)
+    return F2 if w.b2 is None else absdot(F2, w.b2, pairs)
 
 
 def _value_bias_out(w) -> torch.Tensor:
@@ -93,53 +124,57 @@ def _value_bias_out(w) -> torch.Tensor:
     return b
 
 
-def layer_step(trace, l: int, E):
-    """Layer l (0-based), input decomposition E [n, n, d] (None for layer 1) -> output decomposition."""
+def layer_step(trace, l: int, E, pairs: Pairs = None):
+    """Layer l (0-based), packed input decomposition E [P, d] (None for layer 1) -> packed output
+    decomposition [P, d] over `pairs` (default: every pair, or k <= i for causal models)."""
     w = trace.weights[l]
     r = trace.layers[l]
     x = r["x"]
     n, d = x.shape
+    pairs = pairs or Pairs(n, w.causal)
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
     probs = r["probs"]
     if E is None:
-        A = torch.einsum("hik,hkd->ikd", probs, trace.fx[l])
-        idx = torch.arange(n)
-        A[idx, idx] += x
+        A = pairs.pack(torch.einsum("hik,hkd->ikd", probs, trace.fx[l]))
+        A[pairs.rows == pairs.cols] += x
         bias = w.bo
-        E = None
     else:
-        src = E if w.placement == "post" else distribute_norm(E, w.norm1, x)
-        V = (src @ w.wv).reshape(n, n, Hkv, dh)  # [j, k, Hkv, dh]
+        src = E if w.placement == "post" else distribute_norm(E, w.norm1, x, pairs)
+        V = pairs.dense(src @ w.wv).reshape(n, n, Hkv, dh)  # [j, k, Hkv, dh]
         if H != Hkv:
             V = V.repeat_interleave(H // Hkv, dim=2)
-        ctx = torch.einsum("hij,jkhc->ikhc", probs, V).reshape(n, n, H * dh)
+        ctx = pairs.pack(torch.einsum("hij,jkhc->ikhc", probs, V).reshape(n, n, H * dh))
         A = ctx @ w.wo + E
         bias = _value_bias_out(w)
     if bias is not None:
-        A = absdot(A, bias)
+        A = absdot(A, bias, pairs)
     if w.placement == "post":
-        P = distribute_norm(A, w.norm1, r["resid"])
-        R2 = P + ffn_parts(w, P, r["ffn_in"])
-        return distribute_norm(R2, w.norm2, r["resid2"])
-    U = distribute_norm(A, w.norm2, r["resid"])
-    return A + ffn_parts(w, U, r["ffn_in"])
+        P = distribute_norm(A, w.norm1, r["resid"], pairs)
+        R2 = P + ffn_parts(w, P, r["ffn_in"], pairs)
+        return distribute_norm(R2, w.norm2, r["resid2"], pairs)
+    U = distribute_norm(A, w.norm2, r["resid"], pairs)
+    return A + ffn_parts(w, U, r["ffn_in"], pairs)
 
 
 def decompose(trace, progress=None):
-    """Trace -> (list of E^l [n, n, d] per layer is not kept; returns norms [L, n, n], completeness [L])."""
+    """Trace -> (norms [L, n, n] of ||E^l_ik||, completeness [L], last layer's dense E [n, n, d])."""
     L = trace.n_layers
+    n = len(trace.tokens)
+    pairs = Pairs(n, bool(trace.weights[0].causal)) if L else None
     norms, errs = [], []
     E = None
     for l in range(L):
         if progress:
             progress(l / L)
-        E = layer_step(trace, l, E)
-        norms.append(E.double().norm(dim=-1).numpy())
+        E = layer_step(trace, l, E, pairs)
+        nm = torch.zeros(n, n, dtype=torch.float64)
+        nm[pairs.rows, pairs.cols] = E.double().norm(dim=-1)
+        norms.append(nm.numpy())
         last_pre = trace.placement != "post" and l == L - 1
         real = (trace.layers[l]["out"] if last_pre else trace.hidden_states[l + 1]).double()
-        tot = E.double().sum(1)
+        tot = pairs.sum_rows(E.double())
         errs.append(float(((tot - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max()))
-    return np.stack(norms), errs, E
+    return np.stack(norms), errs, (pairs.dense(E) if E is not None else None)
 
 
 def compute(trace, *, progress=None) -> Map:
