@@ -1,6 +1,7 @@
 """Run by tests/test_ray.py inside a network namespace that has only loopback (and a pid namespace of
 its own, so every process started here ends with it): a two-node Ray cluster as separate processes,
-study drivers killed and restarted, a worker killed, then the cluster stopped. Writes a JSON report.
+study drivers killed and restarted, a worker killed, the second node lost, then the cluster stopped.
+Writes a JSON report.
 
     unshare -n -p -f --mount-proc bash -c 'ip link set lo up && python tests/ray_cluster_run.py OUT REPORT N'
 """
@@ -41,12 +42,36 @@ def cmdline(pid) -> bytes:
         return b""
 
 
+def descendants(pid: int) -> list:
+    parent = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                parent[int(p)] = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        q = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == q]
+        out += kids
+        todo += kids
+    return out
+
+
+def zombie(pid) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except (OSError, IndexError):
+        return True
+
+
 def workers() -> list:
     """Pids of the study actors (process title ray::StudyWorker...) in this pid namespace."""
     out = []
     for p in os.listdir("/proc"):
         if p.isdigit():
-            if cmdline(p).startswith(b"ray::StudyWorker"):
+            if cmdline(p).startswith(b"ray::StudyWorker") and not zombie(p):
                 out.append(int(p))
     return sorted(out)
 
@@ -74,30 +99,29 @@ def main(out: str, report_path: str, n: int) -> None:
         mark("cluster")
         import ray
 
+        import attnviz
+        from attnviz.faithfulness import study
+
         ray.init(address=ADDRESS, log_to_driver=False, logging_level="ERROR")
         rep["nodes"] = sorted(nd["NodeManagerAddress"] for nd in ray.nodes() if nd["Alive"])
+        # a worker that cannot load the model: the driver has it, the workers get a spec that does not exist
+        import dataclasses
+
+        lm = attnviz.load_model("builtin:agreement")
+        t = time.monotonic()
+        try:
+            study(dataclasses.replace(lm, spec="builtin:no-such-model"), ["the cat [MASK] here ."], engine="ray")
+            rep["cannot_load"] = dict(error=None)
+        except attnviz.AttnvizError as e:
+            rep["cannot_load"] = dict(error=str(e))
+        rep["cannot_load"]["seconds"] = time.monotonic() - t
         ray.shutdown()
+        mark("cannot_load")
         common = ["attnviz", "study", "--model", "builtin:agreement", "--data", "builtin:agreement", "--n", str(n),
                   "--out", str(out), "--engine", "ray", "--threads", "1", "--quiet"]
         cmd = common + ["--address", ADDRESS, "--workers", "2", "--batch-size", "2"]
-        # a worker that cannot load the model: the driver has it, the workers get a spec that does not exist
-        t = time.monotonic()
-        r = subprocess.run([sys.executable, "-c", (
-            "import dataclasses, attnviz, sys\n"
-            "from attnviz.faithfulness import study\n"
-            "lm = attnviz.load_model('builtin:agreement')\n"
-            "try:\n"
-            f"    study(dataclasses.replace(lm, spec='builtin:no-such-model'), ['the cat [MASK] here .'], engine='ray', address='{ADDRESS}')\n"
-            "except attnviz.AttnvizError as e:\n"
-            "    print(e); sys.exit(2)\n")], capture_output=True, text=True, timeout=120)
-        mark("cannot_load")
-        rep["cannot_load"] = dict(rc=r.returncode, stdout=r.stdout, stderr=r.stderr[-2000:],
-                                  seconds=time.monotonic() - t)
-        # driver 1, killed midway; meanwhile a second driver on the same folder is refused
+        # driver 1, killed midway
         d1 = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_lines(rec, 2, d1, 180)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        rep["second_driver"] = dict(rc=r.returncode, stderr=r.stderr, driver1_running=d1.poll() is None)
         wait_lines(rec, max(6, n // 3), d1, 180)
         d1.kill()
         d1.wait()
@@ -111,23 +135,35 @@ def main(out: str, report_path: str, n: int) -> None:
         rep["workers_after_driver_kill"] = workers()
         mark("driver1_killed")
         ev("driver 1's workers gone after", round(time.monotonic() - t + 2, 1), "s")
-        # driver 2 resumes; one worker is killed once while it runs
+        # driver 2 resumes; the second node is lost (its raylet killed, its worker with it), then the
+        # remaining worker is killed once
         d2 = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # meanwhile a second driver on the same folder must be refused
+        second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        o, e = second.communicate(timeout=120)
+        rep["second_driver"] = dict(rc=second.returncode, stderr=e, first_running=d2.poll() is None,
+                                    lines=lines(rec))
         wait_lines(rec, rep["killed_driver_at"] + 4, d2, 180)
-        pids = workers()
-        ev("workers before the kill", pids)
+        ev("workers before the node loss", workers())
+        raylets = [int(p) for p in os.listdir("/proc") if p.isdigit() and b"/raylet/raylet" in cmdline(p)
+                   and b"--head" not in cmdline(p)]
+        rep["killed_node"] = None
+        if len(raylets) == 1 and d2.poll() is None:
+            node = [raylets[0]] + descendants(raylets[0])  # the machine is gone: its raylet and workers at once
+            for p in node:
+                os.kill(p, signal.SIGKILL)
+            rep["killed_node"] = node
+            rep["killed_node_at"] = lines(rec)
+        pids = [p for p in workers() if p not in (rep["killed_node"] or [])]
+        ev("workers before the worker kill", pids)
         rep["killed_worker"] = None
-        if pids and d2.poll() is None:
+        if len(pids) == 1 and d2.poll() is None:
             os.kill(pids[0], signal.SIGKILL)
             rep["killed_worker"] = pids[0]
             rep["killed_worker_at"] = lines(rec)
         o, e = d2.communicate(timeout=240)
         rep["driver2"] = dict(rc=d2.returncode, stdout=o, stderr=e[-3000:])
         mark("driver2")
-        # a third run finds everything done
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        rep["driver3"] = dict(rc=r.returncode, stdout=r.stdout, stderr=r.stderr[-3000:])
-        mark("driver3")
     finally:
         r = subprocess.run(["ray", "stop", "--force"], capture_output=True, text=True, timeout=120)
         rep["ray_stop_rc"] = r.returncode
