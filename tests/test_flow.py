@@ -118,6 +118,14 @@ def test_layer_subset_and_pool_equal_full():
     A = _causal(6, 10, 9, sink=1.5)
     full = flow(A, normalize=False, workers=1)
     np.testing.assert_allclose(flow(A, normalize=False, layers=[5, 2], workers=1), full[[5, 2]], atol=0)
+    # the target row alone (direct max-flow per pair, no bounds), causal and not
+    for B in (A, _dense(5, 8, 10)):
+        ref = flow(B, normalize=False, workers=1)
+        L, n, _ = B.shape
+        rows = flow(B, normalize=False, layers=[L - 1, 1, 0], rows=[n - 1, 2], workers=1)
+        np.testing.assert_allclose(rows, ref[[L - 1, 1, 0]][:, [n - 1, 2]], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(flow(B, layers=[L - 1], rows=[n - 1], workers=1)[0, 0],
+                                   flow(B, workers=1)[L - 1, n - 1], rtol=0, atol=1e-12)
     from attnviz.methods.flow import _solve
 
     Ares = with_residual(A)

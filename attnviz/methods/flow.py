@@ -4,13 +4,23 @@ Graph: nodes (layer 0..L, position); an edge from (l, i) down to (l-1, j) with c
 (A = 0.5 ᾱ + 0.5 I, as rollout). flow_l[i, j] = max-flow value from (l, i) to the input node (0, j),
 computed per pair with float capacities, then each row normalised to sum 1.
 
-Exact and fast: layers are solved bottom-up. Layer 1 is its capacities; layer 2 consists of
-edge-disjoint two-edge paths (Σ_k min). Above that, the flows of the layer below give a lower bound
-(a convex combination of feasible flows is feasible) and an upper bound per pair; where the two meet
-(within 1e-12) the value is settled, which in upper layers with dense attention is nearly every
-pair (the cut sits at the input node's in-capacity). The rest are igraph max-flow calls on the graph
-of layers 0..l, split across worker processes (a forkserver pool, safe beside a threaded server)
-when there are enough of them.
+Exact and as fast as the structure allows: layers are solved bottom-up. Layer 1 is its capacities;
+layer 2 consists of edge-disjoint two-edge paths (Σ_k min). Above that each pair gets bounds from
+the exact flows of the layers below: upper, min(reachable out-capacity, reachable in-capacity of
+(0, j), Σ_k min(A_l[i,k], F_{l-1}[k,j])); lower, the larger of a convex combination of the
+layer-below flows (flow side) and two cut-side bounds — a cut is a set of nodes, and the flow from
+a set is at least that of its best member, so min over θ of θ + A_l[i, {k: F_{l-1}[k,j] > θ}], and
+the same one layer further down. Where lower and upper meet (within 1e-12) the pair is settled;
+every other pair is one igraph max-flow. Causal (decoder) attention, detected from its zeros,
+is lower-triangular: pairs j > i are 0, j = i is the minimum of position i's own column, and a
+pair is solved on the subgraph of positions j..i only, cut out in C from one graph of every level.
+A worker pool (opt-in, ATTNVIZ_FLOW_WORKERS) can share a layer's remaining max-flow calls.
+
+What the bounds cannot do: every pair's value needs its own certificate. The upper bound is exact
+for most pairs of real attention (95-99% of SmolLM2's upper layers), but a proof that it is reached
+is a flow from that one source to that one sink; flows of other pairs cannot be combined into it
+without knowing where they overlap, and a super-source or super-sink shares one sink's (or one
+source's) capacity among all pairs. So the remaining pairs cost one max-flow each.
 """
 from __future__ import annotations
 
@@ -157,15 +167,15 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
 
     layers: 0-based layers to return (default all); the result then has len(layers) entries in that
     order. normalize=False returns raw max-flow values. workers: processes for the max-flow calls
-    (default: up to the cores, used only when a layer's remaining work pays for them).
-    progress(fraction) is called as layers finish. stats, if a dict, receives how many pairs were
-    solved by max-flow and how many were settled exactly by bounds. rows: only these receiving
-    positions (e.g. the target token), result [len(layers), len(rows), n]; each pair of layers >= 3
-    is then one max-flow (the bounds need every row of the layer below).
+    (default ATTNVIZ_FLOW_WORKERS, else 1; a pool is used only when a layer's remaining work pays
+    for it). progress(fraction) is called as layers finish. stats, if a dict, receives how many
+    pairs were solved by max-flow and how many were settled exactly by bounds. rows: only these
+    receiving positions (e.g. the target token), result [len(layers), len(rows), n]; each pair of
+    layers >= 3 is then one max-flow (the bounds need every row of the layer below).
 
     Layers are solved bottom-up: layer 1 is its capacities, layer 2 has edge-disjoint two-edge paths
-    (Σ_k min), and above that a pair whose lower and upper bounds from the layer below meet (within
-    1e-12) needs no max-flow; every other pair is one igraph max-flow on the graph of layers 0..l.
+    (Σ_k min), and above that a pair whose lower and upper bounds from the layers below meet (within
+    1e-12) needs no max-flow; every other pair is one igraph max-flow (see the module docstring).
     """
     Ares = with_residual(A)
     L, n, _ = Ares.shape
