@@ -485,10 +485,11 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
 
         def finished(recs):
             if folder is not None:
-                folder.append(recs)  # also enters them in done
-            for r in recs:
-                done.setdefault(r["key"], r)
-            count[0] += len(recs)
+                new = folder.append(recs)  # each key once; also enters them in done
+            else:
+                new = [r for r in recs if r["key"] not in done]
+                done.update((r["key"], r) for r in new)
+            count[0] += len(new)
             if progress:
                 progress(count[0], total)
 
