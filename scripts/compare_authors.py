@@ -29,6 +29,7 @@ model: the max abs difference of the per-layer and the aggregated maps.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import os
 import re
@@ -265,6 +266,19 @@ def decompx_authors(root: Path, lm, batch):
     return per, _hidden_gap(lm, batch["input_ids"], out[2])
 
 
+def _alti_with_eps(tr):
+    """Our per-layer ALTI with the one thing the authors' code adds: F.pairwise_distance(x1, x2, p=1)
+    computes ||x1 - x2 + 1e-6||_1 (its default eps), here with x1 = T_i(x_j), x2 = y_i."""
+    from attnviz.methods import alti
+
+    out = []
+    for l in range(tr.n_layers):
+        _, _, T, y = alti.layer_contributions(tr, l)
+        c = (y.abs().sum(-1, keepdim=True) - (T - y[:, None, :] + 1e-6).abs().sum(-1)).clamp_min(0).numpy()
+        out.append(c / c.sum(-1, keepdims=True))
+    return np.stack(out)
+
+
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -302,8 +316,17 @@ def main(argv=None) -> int:
             try:
                 if m == "alti":
                     per, agg = alti_authors(root, lm, batch)
+                    lm64 = copy.copy(lm)
+                    lm64.model = copy.deepcopy(lm.model).double()
+                    per64, agg64 = alti_authors(root, lm64, batch)
+                    del lm64
+                    tr64 = trace(lm, text, dtype=torch.float64)
+                    ours64 = METHODS[m].compute(tr64)
                     msg = (f"per-layer {np.abs(ours.meta['per_layer'] - per).max():.1e}, "
-                           f"rollout {np.abs(ours.layer - agg).max():.1e}")
+                           f"rollout {np.abs(ours.layer - agg).max():.1e}; both in float64: per-layer "
+                           f"{np.abs(ours64.meta['per_layer'] - per64).max():.1e}, rollout "
+                           f"{np.abs(ours64.layer - agg64).max():.1e}; ours with F.pairwise_distance's "
+                           f"eps=1e-6 added to T - y, float64: {np.abs(_alti_with_eps(tr64) - per64).max():.1e}")
                 elif m == "value_zeroing":
                     per, agg, gap = value_zeroing_authors(root, lm, batch)
                     per64, agg64, _ = value_zeroing_authors(root, lm, batch, torch.float64)
