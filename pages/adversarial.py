@@ -220,7 +220,7 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
     fig.update_layout(sliders=[
         dict(steps=jsd_steps, active=act_jsd, x=0.0, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
              currentvalue=dict(prefix="attention change ≥ ", font=dict(size=12, color=COL["at_jsd"])),
-             ticklen=0, font=dict(size=9), name="jsd"),
+             ticklen=0, minorticklen=0, font=dict(size=9, color="rgba(0,0,0,0)"), name="jsd"),  # 70 steps: no labels
         dict(steps=eps_steps, active=act_eps, x=0.52, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
              currentvalue=dict(prefix="output change ≤ ε = ", font=dict(size=12, color=COL["within"])),
              ticklen=0, font=dict(size=9), name="eps")])

@@ -106,8 +106,7 @@ def maps_panel():
     d3.selectbox("Maps per row", ["auto", "1", "2", "3", "4", "5", "6"], key="per_row", persist_state="session",
                  bind="query-params", help="auto: as many as stay readable in a 1024 px window (a projector).")
     d4.radio("Draw as", ["heatmaps", "lines"], key="draw", persist_state="session", bind="query-params",
-             horizontal=True, format_func={"heatmaps": "heatmaps", "lines": "lines between words"}.get,
-             help="Lines: the bertviz view of one layer and head, tokens on both sides, line weight = value; "
+             horizontal=True, help="Lines: the bertviz view of one layer and head, tokens on both sides, line weight = value; "
                   "hover a token to see only its lines.")
     l, h = st.session_state.layer - 1, ui.head_index()
     view = ui.view_for(a)

@@ -98,10 +98,11 @@ def chart_js(page, key: str, expr: str):
 
 
 def maps_title_has(page, text: str, timeout=60_000):
-    """Wait until the first panel's title on the Explore maps contains `text`."""
+    """Wait until the title of the Explore maps ("Layer 2 · head 3") contains `text` (any case)."""
     page.wait_for_function(
         """want => { const g = document.querySelector('.st-key-maps .js-plotly-plot');
-                     return !!(g && g.layout && g.layout.annotations && g.layout.annotations[0].text.includes(want)); }""",
+                     return !!(g && g.layout && g.layout.title && g.layout.title.text &&
+                               g.layout.title.text.toLowerCase().includes(want.toLowerCase())); }""",
         arg=text, timeout=timeout)
 
 
@@ -249,3 +250,242 @@ def test_downloads_are_real_files(server, browser, spec):
     assert got["Maps as SVG"].lstrip().startswith(b"<svg")
     assert got["Maps as PNG"][:8] == b"\x89PNG\r\n\x1a\n"
     ctx.close()
+
+
+# ------------------------------------------------------------------------------------ issue 14: a classroom
+
+SIZES = [(1024, 768), (1280, 800), (1920, 1080)]
+SIX = "attention,rollout,flow,value_norm,attn_res,attn_res_ln"
+SHORT = "the keys [MASK] on the table ."  # 8 tokens with [CLS] and [SEP]
+LONG = ("the key to the cabinets near the doors of the kitchen in the old house by the river [MASK] on the "
+        "table next to the window of the room with the red door .")  # 39 tokens
+
+# every text element a person reads in a plotly chart (titles, tick labels, axis and colour-bar titles,
+# colour-bar ticks; not the numbers inside heatmap cells), its box as the browser laid it out, and
+# every pair of boxes that overlap by more than half a pixel both ways; boxes outside the chart's svg
+# are clipped
+COLLISIONS_JS = """g => { const svg = g.querySelector('.main-svg').getBoundingClientRect();
+  const els = [...g.querySelectorAll('svg text')].filter(e => e.textContent.trim() && !e.closest('.heatmaplayer')
+                                                             && !e.closest('.hoverlayer'));
+  const b = els.map(e => { const r = e.getBoundingClientRect();
+                           return {t: e.textContent, x0: r.left, x1: r.right, y0: r.top, y1: r.bottom}; })
+               .filter(r => r.x1 - r.x0 > 0 && r.y1 - r.y0 > 0);
+  const hits = [];
+  for (let i = 0; i < b.length; i++) for (let j = i + 1; j < b.length; j++) {
+    const w = Math.min(b[i].x1, b[j].x1) - Math.max(b[i].x0, b[j].x0);
+    const h = Math.min(b[i].y1, b[j].y1) - Math.max(b[i].y0, b[j].y0);
+    if (w > 0.5 && h > 0.5) hits.push([b[i].t, b[j].t]); }
+  const clipped = b.filter(r => r.x0 < svg.left - 0.5 || r.x1 > svg.right + 0.5 || r.y0 < svg.top - 0.5
+                                || r.y1 > svg.bottom + 0.5).map(r => r.t);
+  return {texts: b.length, hits, clipped, width: svg.width,
+          cbtitles: [...g.querySelectorAll('.cbtitle text')].map(e => e.textContent),
+          annotations: (g.layout.annotations || []).map(a => [a.text, a.hovertext])}; }"""
+
+
+def open_explore(browser, server, spec, size, methods, text, wait=".st-key-maps .heatmaplayer", **params):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    extra = "".join(f"&{k}={quote(str(v))}" for k, v in params.items())
+    page.goto(f"{server}/?model={quote(spec)}&methods={methods}&text={quote(text)}{extra}")
+    page.wait_for_selector(wait, timeout=120_000)
+    return page
+
+
+def test_maps_never_collide_at_projector_sizes(server, browser, spec):
+    """Titles, tick labels, axis titles and colour bars: no two boxes overlap and none is cut off, at
+    1024×768, 1280×800 and 1920×1080, with 1, 3 and 6 maps, a head picked, 8 and 39 tokens."""
+    lm = attnviz.load_model(spec)
+    cases = [(1, "attention", SHORT), (6, SIX, SHORT), (3, "attention,rollout,attn_res_ln", LONG), (6, SIX, LONG)]
+    report = []
+    for size in SIZES:
+        for k, methods, text in cases:
+            n = len(attnviz.analyze(lm, text, methods=["attention"]).tokens)
+            page = open_explore(browser, server, spec, size, methods, text, head=2, layer=3)
+            maps_title_has(page, "layer 3 · head 2")
+            page.wait_for_function("k => document.querySelectorAll('.st-key-maps .heatmaplayer .hm').length === k "
+                                   "|| document.querySelectorAll('.st-key-maps .heatmaplayer image').length === k",
+                                   arg=k, timeout=60_000)
+            r = chart_js(page, "maps", COLLISIONS_JS)
+            report.append((size, k, n, r["texts"], len(r["hits"]), len(r["clipped"])))
+            assert r["hits"] == [], (size, k, n, r["hits"][:5])
+            assert r["clipped"] == [], (size, k, n, r["clipped"][:5])
+            # every colour bar names its quantity and unit; short titles, the long form in the hover
+            assert len(r["cbtitles"]) == k
+            assert all("share of 1" in t or "(of 1)" in t or "hidden units" in t for t in r["cbtitles"]), r["cbtitles"]
+            assert all("layer 3" in hov and ("head 2" in hov or "layer map" in hov) for _, hov in r["annotations"])
+            assert all("layer 3" not in text for text, _ in r["annotations"])
+            if size == (1024, 768) and k == 6 and n < 20:
+                page.screenshot(path=str(SHOTS / "10_explore_6maps_1024.png"))
+            page.close()
+    print("collision checks (size, maps, tokens, text boxes, overlaps, clipped):", *report, sep="\n  ")
+
+
+def test_same_colour_scale_and_log_colours(server, browser, spec):
+    lm = attnviz.load_model(spec)
+    ref = attnviz.analyze(lm, SENTENCE_1, methods=["attention", "rollout", "attn_res_ln"])
+    page = open_explore(browser, server, spec, (1280, 800), "attention,rollout,attn_res_ln", SENTENCE_1,
+                        layer=4, same_scale="true")
+    maps_title_has(page, "layer 4")
+    tr = chart_js(page, "maps", "g => g.data.map(d => [d.zmin, d.zmax])")
+    shared = max(ref.maps["attention"].layer[3].max(), ref.maps["rollout"].layer[3].max())
+    np.testing.assert_allclose([tr[0][1], tr[1][1]], [shared, shared], rtol=1e-6)
+    assert tr[2][1] == pytest.approx(ref.maps["attn_res_ln"].layer[3].max(), rel=1e-6)  # a norm keeps its own
+    page.close()
+    page = open_explore(browser, server, spec, (1280, 800), "attention,attn_res_ln", SENTENCE_1, layer=4,
+                        log_colour="true")
+    maps_title_has(page, "layer 4")
+    got = chart_js(page, "maps", "g => g.data.map(d => [d.z, d.customdata])")
+    for (z, cd), m in zip(got, ["attention", "attn_res_ln"]):
+        M = ref.maps[m].layer[3]
+        np.testing.assert_allclose(arr(cd), M, rtol=1e-6)
+        np.testing.assert_allclose(arr(z), np.log10(np.clip(M, M.max() * 1e-4, None)), rtol=1e-6, atol=1e-9)
+    assert all("log scale" in t for t in chart_js(page, "maps", COLLISIONS_JS)["cbtitles"])
+    page.close()
+
+
+SENTENCE_1 = "the keys to the cabinet [MASK] on the table ."
+
+
+def strip_state(page):
+    page.wait_for_selector(".st-key-strip .token-strip", timeout=120_000)
+    return page.evaluate("""() => ({marks: [...document.querySelectorAll('.st-key-strip .tok')].map(e => e.className),
+                                    warn: [...document.querySelectorAll('[data-testid=stAlertContentWarning]')]
+                                          .map(e => e.textContent).join(' '),
+                                    caption: document.querySelector('.st-key-strip').textContent})""")
+
+
+def test_token_strip_says_what_is_predicted_and_warns(server, browser, spec):
+    lm = attnviz.load_model(spec)
+    cases = {
+        "the keys to the cabinet [mask] on the table .": [],  # lowercase: read as [MASK], nothing to warn about
+        "the dogs in the garden are happy .": ["no [MASK]"],
+        "the label 😀 [MASK] on the table .": ["unknown to the model", "another script", "outside the model's vocabulary"],
+        " ".join(["the keys to the cabinet near the door"] * 3) + " [MASK] on the table .": ["longest the model saw"],
+    }
+    for text, want in cases.items():
+        ref = attnviz.analyze(lm, text, methods=["attention"])
+        page = open_explore(browser, server, spec, (1280, 800), "attention", text)
+        st_ = strip_state(page)
+        # the strip against the tokens themselves: [UNK] red, WordPiece pieces (##x and the piece before) orange
+        unk = [i for i, t in enumerate(ref.tokens) if t == lm.tokenizer.unk_token]
+        piece = set()
+        for i, t in enumerate(ref.tokens):
+            if t.startswith("##"):  # a continuation, and every piece back to the word's first
+                j = i
+                while ref.tokens[j].startswith("##"):
+                    piece.add(j)
+                    j -= 1
+                piece.add(j)
+        piece = sorted(piece - set(unk))
+        assert len(st_["marks"]) == len(ref.tokens)
+        assert [i for i, c in enumerate(st_["marks"]) if "tok-unk" in c] == unk
+        assert [i for i, c in enumerate(st_["marks"]) if "tok-piece" in c] == piece
+        for w in want:
+            assert w in st_["warn"], (text, w, st_["warn"])
+        if not want:
+            assert "may not be meaningful" not in st_["warn"]
+            assert "[MASK] position" in st_["caption"]
+        page.close()
+
+
+def test_minimal_pair_maps_and_difference(server, browser, spec):
+    lm = attnviz.load_model(spec)
+    a_text, b_text = "the key to the cabinet [MASK] on the table .", "the key to the cabinets [MASK] on the table ."
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    page.goto(f"{server}/minimal_pair?model={quote(spec)}&page=minimal_pair&methods=attention,rollout&layer=2"
+              f"&pair_a={quote(a_text)}&pair_b={quote(b_text)}")
+    page.wait_for_selector(".st-key-pair_diff .heatmaplayer", timeout=120_000)
+    ra = attnviz.analyze(lm, a_text, methods=["attention", "rollout"])
+    rb = attnviz.analyze(lm, b_text, methods=["attention", "rollout"])
+    za = chart_js(page, "pair_a_maps", "g => g.data.map(d => d.z)")
+    zb = chart_js(page, "pair_b_maps", "g => g.data.map(d => d.z)")
+    zd = chart_js(page, "pair_diff", "g => g.data.map(d => [d.z, d.zmin, d.zmax])")
+    for k, m in enumerate(["attention", "rollout"]):
+        np.testing.assert_allclose(arr(za[k]), ra.maps[m].layer[1], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(arr(zb[k]), rb.maps[m].layer[1], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(arr(zd[k][0]), rb.maps[m].layer[1] - ra.maps[m].layer[1], atol=1e-6)
+        assert zd[k][1] == pytest.approx(-zd[k][2])  # symmetric around 0
+    # one above the other: A, then B, then the difference
+    ys = [page.locator(f".st-key-{k}").bounding_box()["y"] for k in ("pair_a_maps", "pair_b_maps", "pair_diff")]
+    assert ys == sorted(ys)
+    # both predictions against analyze
+    for key, r in (("pair_pred_a", ra), ("pair_pred_b", rb)):
+        got = chart_js(page, key, "g => g.data[0].x")
+        np.testing.assert_allclose(arr(got), [p for _, p in r.prediction], rtol=1e-6)
+    href = page.evaluate("location.href")
+    assert "pair_a=" in href and "cabinets" in href and "page=minimal_pair" in href
+    r = chart_js(page, "pair_diff", COLLISIONS_JS)
+    assert r["hits"] == [] and r["clipped"] == []
+    page.screenshot(path=str(SHOTS / "11_minimal_pair.png"))
+    page.close()
+
+
+def test_line_view_hover_highlights_one_token(server, browser, spec):
+    lm = attnviz.load_model(spec)
+    ref = attnviz.analyze(lm, SENTENCE_1, methods=["attention"])
+    page = open_explore(browser, server, spec, (1280, 900), "attention", SENTENCE_1, layer=3, head=2, draw="lines",
+                        wait=".st-key-lines_attention iframe")
+    frame = page.frame_locator(".st-key-lines_attention iframe")
+    frame.locator("svg.lineview").wait_for(timeout=60_000)
+    M = ref.maps["attention"].heads[2, 1]
+    edges = frame.locator("line.edge").evaluate_all("els => els.map(e => [+e.dataset.i, +e.dataset.j, +e.dataset.v])")
+    keep = {(i, j) for i in range(M.shape[0]) for j in range(M.shape[1]) if M[i, j] >= 0.02 * M.max()}
+    assert {(i, j) for i, j, _ in edges} == keep
+    for i, j, v in edges:
+        assert v == pytest.approx(M[i, j], rel=1e-5)
+    tgt = ref.target
+    frame.locator(f"text.tok.dst[data-pos='{tgt}']").hover()
+    shown = frame.locator("line.edge").evaluate_all("els => els.filter(e => e.style.display !== 'none').map(e => +e.dataset.i)")
+    assert shown and set(shown) == {tgt}
+    info = frame.locator("#info").text_content()
+    assert "draws from" in info
+    page.screenshot(path=str(SHOTS / "12_lines.png"))
+    page.close()
+
+
+def test_adversarial_demo(server, browser, spec):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{server}/adversarial?model={quote(spec)}&page=adversarial&adv_steps=40&adv_points=6&adv_restarts=1"
+              f"&adv_jw_steps=0&adv_layer=6&adv_head=1")
+    page.get_by_role("button", name="Compute the frontier").click()
+    page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=180_000)
+    fig = chart_js(page, "adv_frontier_chart",
+                   "g => ({type: g.layout.yaxis.type, names: g.data.map(d => d.name), ys: g.data.map(d => d.y)})")
+    front = max(arr(fig["ys"][fig["names"].index(next(n for n in fig["names"] if n.startswith("frontier")))]))
+    base = max(max(arr(y)) for n, y in zip(fig["names"], fig["ys"])  # shuffles, uniform, other seeds, J & W
+               if not n.startswith(("points tried", "frontier", "at the", "within")))
+    assert fig["type"] == ("log" if base > 5 * front else "linear")
+    # plain words on the page, the definitions one click away
+    assert page.get_by_text("Attention change to reach (JSD)").count() and page.get_by_text("What the words on this page mean").count()
+    # the app's slider: keyboard to 0.05, then another site and a new search: the value stays
+    slider = page.get_by_role("slider").first
+    slider.focus()
+    for _ in range(5):
+        slider.press("ArrowLeft")
+    page.wait_for_function("() => location.search.includes('adv_jsd=')", timeout=30_000)
+    before = slider.get_attribute("aria-valuenow")
+    page.locator(".st-key-adv_head").click()
+    page.get_by_role("option", name="2", exact=True).click()
+    page.get_by_role("button", name="Compute the frontier").click()
+    page.wait_for_function("() => location.search.includes('adv_head=2')", timeout=60_000)
+    page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=180_000)
+    time.sleep(1)
+    assert page.get_by_role("slider").first.get_attribute("aria-valuenow") == before
+    href = page.evaluate("location.href")
+    assert all(k in href for k in ("adv_jsd=", "adv_head=2", "adv_steps=40", "adv_layer=6"))
+    # the chart's own slider: the red marker moves while the handle is dragged (before the mouse is released)
+    g = ".st-key-adv_frontier_chart .js-plotly-plot"
+    x0 = chart_js(page, "adv_frontier_chart", "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
+    page.locator(f"{g} .slider-rail-rect").first.scroll_into_view_if_needed()
+    h = page.locator(f"{g} .slider-grip-rect").first.bounding_box()  # the first slider: attention change
+    rail = page.locator(f"{g} .slider-rail-rect").first.bounding_box()
+    y = rail["y"] + rail["height"] / 2
+    page.mouse.move(h["x"] + h["width"] / 2, y)
+    page.mouse.down()
+    page.mouse.move(rail["x"] + rail["width"] * 0.9, y, steps=8)
+    time.sleep(0.3)
+    x_drag = chart_js(page, "adv_frontier_chart", "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
+    shape = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
+    page.mouse.up()
+    assert shape > 0.5 and x_drag != x0
+    page.screenshot(path=str(SHOTS / "13_adversarial.png"))
+    page.close()
