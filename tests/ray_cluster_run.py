@@ -120,8 +120,15 @@ def main(out: str, report_path: str, n: int) -> None:
         common = ["attnviz", "study", "--model", "builtin:agreement", "--data", "builtin:agreement", "--n", str(n),
                   "--out", str(out), "--engine", "ray", "--threads", "1", "--quiet"]
         cmd = common + ["--address", ADDRESS, "--workers", "2", "--batch-size", "2"]
-        # driver 1, killed midway
+        # driver 1, killed midway; while it holds the folder (paused with SIGSTOP, so it cannot finish
+        # meanwhile) a second driver on the same folder must be refused
         d1 = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_lines(rec, 2, d1, 180)
+        d1.send_signal(signal.SIGSTOP)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        rep["second_driver"] = dict(rc=r.returncode, stderr=r.stderr, first_running=d1.poll() is None,
+                                    lines=lines(rec))
+        d1.send_signal(signal.SIGCONT)
         wait_lines(rec, max(6, n // 3), d1, 180)
         d1.kill()
         d1.wait()
@@ -138,11 +145,6 @@ def main(out: str, report_path: str, n: int) -> None:
         # driver 2 resumes; the second node is lost (its raylet killed, its worker with it), then the
         # remaining worker is killed once
         d2 = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # meanwhile a second driver on the same folder must be refused
-        second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        o, e = second.communicate(timeout=120)
-        rep["second_driver"] = dict(rc=second.returncode, stderr=e, first_running=d2.poll() is None,
-                                    lines=lines(rec))
         wait_lines(rec, rep["killed_driver_at"] + 4, d2, 180)
         ev("workers before the node loss", workers())
         raylets = [int(p) for p in os.listdir("/proc") if p.isdigit() and b"/raylet/raylet" in cmdline(p)

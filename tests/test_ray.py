@@ -68,6 +68,7 @@ def local_records(tmp_path_factory):
     return out / "records.jsonl"
 
 
+@pytest.mark.slow
 def test_two_node_cluster_kill_driver_worker_and_node_then_resume(cluster_run, local_records):
     out, rep = cluster_run
     # two nodes, both on loopback
@@ -76,7 +77,7 @@ def test_two_node_cluster_kill_driver_worker_and_node_then_resume(cluster_run, l
     assert 0 < rep["killed_driver_at"] < N
     assert rep["after_kill_2s"] == rep["killed_driver_at"]  # nothing writes once the driver is gone
     assert rep["workers_after_driver_kill"] == [], "the killed driver's actors outlived it"
-    # a second driver on the same folder was refused while driver 2 ran, before it wrote anything
+    # a second driver on the same folder was refused while driver 1 held it
     sd = rep["second_driver"]
     assert sd["first_running"] and sd["rc"] == 2, sd
     assert sd["stderr"].strip().splitlines()[-1].startswith(f"error: another study is writing into {out} (process ")
@@ -99,6 +100,7 @@ def test_two_node_cluster_kill_driver_worker_and_node_then_resume(cluster_run, l
     assert rep["ray_stop_rc"] == 0 and rep["left_after_stop"] == []
 
 
+@pytest.mark.slow
 def test_a_model_the_workers_cannot_load_is_a_clear_error(cluster_run):
     _, rep = cluster_run
     c = rep["cannot_load"]
