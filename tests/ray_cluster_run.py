@@ -115,6 +115,15 @@ def main(out: str, report_path: str, n: int) -> None:
         except attnviz.AttnvizError as e:
             rep["cannot_load"] = dict(error=str(e))
         rep["cannot_load"]["seconds"] = time.monotonic() - t
+        # workers that do not start in time (here: a limit far below an actor's start) -> said, not a hang
+        from attnviz.faithfulness import ray_engine
+
+        ray_engine.START_TIMEOUT_S = 0.5
+        try:
+            study(lm, ["the cat [MASK] here ."], engine="ray")
+            rep["start_timeout"] = None
+        except attnviz.AttnvizError as e:
+            rep["start_timeout"] = str(e)
         ray.shutdown()
         mark("cannot_load")
         common = ["attnviz", "study", "--model", "builtin:agreement", "--data", "builtin:agreement", "--n", str(n),

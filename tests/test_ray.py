@@ -106,6 +106,8 @@ def test_a_model_the_workers_cannot_load_is_a_clear_error(cluster_run):
     c = rep["cannot_load"]
     assert c["error"] is not None and c["error"].startswith("a Ray worker cannot load the model 'builtin:no-such-model'")
     assert "unknown built-in model" in c["error"] and c["seconds"] < 60
+    assert rep["start_timeout"].startswith(
+        "no Ray worker started within 0.5 s on the Ray cluster this process is connected to")
 
 
 def test_an_unreachable_cluster_is_one_line_within_seconds(capsys):

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 from ..errors import AttnvizError
 
 CONNECT_TIMEOUT_S = 3.0
-# no worker ready this long after the start (none placed, or the model still loading): stop and say why
+# no worker ready this long (none placed, or the model still loading; at the start or after deaths): stop, say why
 START_TIMEOUT_S = float(os.environ.get("ATTNVIZ_RAY_START_TIMEOUT", 600))
 IN_FLIGHT = 2  # batches queued per actor, so an actor never waits for the driver
 
@@ -181,7 +181,8 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
             workers = max(1, int(cpus // threads))
             if gpus_per_worker:
                 workers = max(1, min(workers, int(gpus // gpus_per_worker)))
-        where = f"the Ray cluster at {address}" if address else "the local Ray instance"
+        where = (f"the Ray cluster at {address}" if address else "the local Ray instance" if started_here
+                 else "the Ray cluster this process is connected to")
         if workers * threads > cpus:
             raise AttnvizError(f"{where} has {cpus:g} CPUs: {workers} workers × {threads} threads need "
                                f"{workers * threads}; ask for fewer --workers or --threads")
@@ -233,7 +234,9 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
                     b = batches.popleft()
                     pending[a.score.remote(b, settings)] = (a, "score", b)
                     ready[a] += 1
-            if not ready and time.monotonic() - waiting_since > START_TIMEOUT_S:
+            if ready:
+                waiting_since = time.monotonic()
+            elif time.monotonic() - waiting_since > START_TIMEOUT_S:
                 raise AttnvizError(f"no Ray worker started within {START_TIMEOUT_S:g} s on {where}: each needs "
                                    f"{threads} CPU{'s' if threads > 1 else ''}"
                                    + (f" and {gpus_per_worker:g} GPU" if gpus_per_worker else "")
