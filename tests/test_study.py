@@ -233,3 +233,54 @@ def test_library_argument_ranges(lm):
                dict(engine="spark"), dict(engine="ray", gpus_per_worker=-1)):
         with pytest.raises(AttnvizError):
             F.study(lm, ITEMS[:1], **kw)
+
+
+# ---------------------------------------------------------------- fuzz: study items of any shape
+def _no_nan(c):
+    raise ValueError(f"{c} in a record")
+
+
+def test_fuzz_study_items(lm, tmp_path):
+    """hypothesis over study items (strings, dicts with text/answer/wrong of any JSON type, surrogates,
+    other values): study() never raises, every item is either scored or skipped with a reason, the
+    folder's records are exactly the scored and refused ones, and every value written is finite."""
+    import math
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    words = ["the", "keys", "[MASK]", "is", "are", ".", "\ud800", "🙂", "", " "]
+    texts = st.one_of(st.lists(st.sampled_from(words), max_size=8).map(" ".join), st.text(max_size=12))
+    anything = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), texts,
+                         st.lists(st.integers(), max_size=2))
+    item = st.one_of(texts, anything,
+                     st.fixed_dictionaries({"text": st.one_of(texts, anything)},
+                                           optional={"answer": st.one_of(texts, anything),
+                                                     "wrong": st.one_of(texts, anything)}))
+    ran = {"cases": 0, "items": 0, "scored": 0, "skipped": 0}
+    n_cases = int(os.environ.get("ATTNVIZ_FUZZ_CASES", 40))
+
+    @settings(max_examples=n_cases, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(item, min_size=1, max_size=4))
+    def run(items):
+        out = tmp_path / f"f{ran['cases']}"
+        res = F.study(lm, items, methods=["attention", "rollout"], baselines=["blank_out"], out_dir=out)
+        ran["cases"] += 1
+        ran["items"] += len(items)
+        scored = [r["i"] for r in res.records]
+        skipped = [i for i, _ in res.skipped]
+        assert sorted(scored + skipped) == list(range(len(items)))
+        assert all(isinstance(why, str) and why for _, why in res.skipped)
+        ran["scored"] += len(scored)
+        ran["skipped"] += len(skipped)
+        assert all(math.isfinite(r["f0"]) for r in res.records)
+        assert np.isnan(res.rho).sum() + np.isfinite(res.rho).sum() == res.rho.size  # NaN = undefined, no inf
+        lines = (out / "records.jsonl").read_bytes().splitlines() if (out / "records.jsonl").exists() else []
+        recs = [json.loads(x, parse_constant=_no_nan) for x in lines]  # no NaN / Infinity written
+        assert len({r["key"] for r in recs}) == len(recs)
+        assert len(recs) == len(scored) + sum(1 for r in recs if "error" in r)
+
+    run()
+    print(f"study-item fuzz: {ran}")
+    assert ran["cases"] == n_cases and ran["scored"] > 0 and ran["skipped"] > 0
