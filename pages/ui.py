@@ -251,10 +251,24 @@ def _apply_preset() -> None:
 
 
 def set_spec(new_spec: str) -> None:
-    """Switch model (from a callback): forget the chosen row and any cached load error."""
-    st.session_state.spec = new_spec
-    st.session_state.target = AUTO
-    st.session_state.get("_load_errors", {}).pop(new_spec, None)
+    """Switch model (from a callback): forget the chosen row and any cached load error. When the new
+    model fails to load and another one loaded before, that one stays, and the error is shown once."""
+    ss = st.session_state
+    ss.spec = new_spec
+    ss.target = AUTO
+    errors = ss.setdefault("_load_errors", {})
+    errors.pop(new_spec, None)
+    lm, err = _try_load()
+    prev = ss.get("_good_spec")
+    if lm is None and prev and prev != new_spec:
+        ss.spec = prev
+        ss._load_flash = f"Could not load '{new_spec}': {err}. Still using {prev}."
+        errors.pop(new_spec, None)  # a later try loads it afresh
+
+
+def _spec_picked() -> None:
+    """The sidebar's model picker changed (a callback): switch through set_spec."""
+    set_spec(st.session_state.spec)
 
 
 PACKAGED_LABELS = {"pkg:minilm": "pkg:minilm — pretrained MiniLM (no output head)",
@@ -280,7 +294,7 @@ def _spec_label(s: str) -> str:
 def sidebar() -> None:
     """The model picker and the sentence box shared by all pages."""
     with st.sidebar:
-        st.selectbox("Model", known_specs(), key="spec", persist_state="session", format_func=_spec_label, on_change=_reset_target,
+        st.selectbox("Model", known_specs(), key="spec", persist_state="session", format_func=_spec_label, on_change=_spec_picked,
                      help="More choices (a local folder, a Hugging Face id) on the Model page.")
         note = st.session_state.get("_fallback_note")
         if note and spec() != DEFAULT_SPEC:
@@ -337,25 +351,17 @@ def _try_load():
 
 
 def keep_working_model() -> None:
-    """Called by app.py before the sidebar: when the chosen model fails to load and another one
-    loaded before in this session, go back to that one and keep the error for flash_load_error()
-    (shown once); a retry of the failed spec later loads it afresh."""
+    """Called by app.py before the sidebar: remember the last model that loaded in this session
+    (set_spec goes back to it when a newly picked model fails to load)."""
     ss = st.session_state
-    s = spec()
-    lm, err = _try_load()
+    lm, _ = _try_load()
     if lm is not None:
-        ss._good_spec = s
-        return
-    prev = ss.get("_good_spec")
-    if prev and prev != s:
-        ss.spec = prev
-        ss.target = AUTO
-        ss._load_flash = f"Could not load '{s}': {err}. Still using {prev}."
-        ss.get("_load_errors", {}).pop(s, None)
+        ss._good_spec = spec()
 
 
 def model():
     """The LoadedModel for the current spec, or None after showing the one-line reason."""
+    flash_load_error()
     lm, err = _try_load()
     if lm is None:
         show_error(ModelLoadError(err))

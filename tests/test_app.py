@@ -100,10 +100,12 @@ def test_explore_default_view_matches_analyze(app_spec, lm):
     # numbers in the cells only on request (they double the browser's redraw time)
     assert all("texttemplate" not in tr for tr in spec["data"])
     at.toggle(key="cells").set_value(True).run()
-    assert all(tr["texttemplate"] == "%{z:.2f}" for tr in chart(at, "maps")["data"])
+    assert all(tr["texttemplate"] == "%{text}" for tr in chart(at, "maps")["data"])
     # and from the URL
     at2 = new_app(app_spec, cells="true").run()
-    assert all(tr["texttemplate"] == "%{z:.2f}" for tr in chart(at2, "maps")["data"])
+    for tr in chart(at2, "maps")["data"]:  # the value written in each cell, 2 decimals
+        assert tr["texttemplate"] == "%{text}"
+        assert np.array(tr["text"]).tolist() == [[f"{v:.2f}" for v in row] for row in arr(tr["z"])]
 
 
 def test_explore_text_methods_layer_head(app_spec, lm):
@@ -123,8 +125,9 @@ def test_explore_text_methods_layer_head(app_spec, lm):
     # flow has no per-head form: its layer map is shown, whose rows sum to 1
     np.testing.assert_allclose(z[2], ref.maps["flow"].layer[layer - 1], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(z[2].sum(1), 1.0, rtol=1e-9)
-    titles = [a["text"] for a in chart(at, "maps")["layout"]["annotations"][:3]]
-    assert titles[0].endswith(f"layer {layer} · head {head}") and "no per-head form" in titles[2]
+    longs = [a["hovertext"] for a in chart(at, "maps")["layout"]["annotations"][:3]]
+    assert longs[0].endswith(f"layer {layer} · head {head}") and "no per-head form" in longs[2]
+    assert chart(at, "maps")["layout"]["title"]["text"] == f"Layer {layer} · head {head}"
 
 
 def test_explore_hide_special_renormalises_and_merge_words(app_spec, lm):
@@ -273,11 +276,11 @@ def test_model_page_facts_and_hub_error(app_spec, lm):
     at.button(key="model_load").click().run()
     no_exception(at)
     msg = " ".join(e.value for e in at.error)
-    assert "Hugging Face hub" in msg and "some\\-model" in msg
-    # the app keeps running with the error shown on every page
+    assert "Hugging Face hub" in msg and "some\\-model" in msg and "Still using" in msg
+    # the previous model stays; the error is shown once
     at.switch_page("pages/explore.py").run()
     no_exception(at)
-    assert at.error
+    assert not at.error and at.session_state["spec"] == app_spec
 
 
 def test_about_has_one_tab_per_method(app_spec):
@@ -372,3 +375,73 @@ def test_missing_builtin_falls_back_to_minilm_with_a_message(monkeypatch):
     assert any("is not installed" in i.value for i in at.sidebar.info)
     assert any("no output head" in i.value for i in at.info)  # no prediction: said, not hidden
     assert len(chart(at, "maps")["data"]) == 3
+
+
+# ------------------------------------------------------------------------------------ issue 14
+
+
+def test_failed_model_load_keeps_the_previous_model(app_spec, lm, tmp_path):
+    at = new_app(app_spec, page="model").run()
+    assert at.session_state["spec"] == app_spec
+    at.radio(key="model_kind").set_value("folder").run()
+    at.text_input(key="model_folder").input(str(tmp_path / "no_such_model")).run()
+    at.button(key="model_load").click().run()
+    no_exception(at)
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "Still using" in errors[0] and "no\\_such\\_model" in errors[0], errors
+    assert at.session_state["spec"] == app_spec
+    assert any("Self-check passed" in s.value for s in at.success)  # the previous model is in place
+    at.run()
+    assert [e.value for e in at.error] == []  # shown once
+
+
+def test_explore_explains_the_maps_and_colour_bars_name_units(app_spec, lm):
+    at = new_app(app_spec, methods="attention,rollout,attn_res_ln").run()
+    no_exception(at)
+    caps = " ".join(c.value for c in at.caption)
+    assert "rollout equals" in caps and "after the layer normalisation" in caps and "each row sums to 1" in caps
+    spec = chart(at, "maps")
+    assert [tr["colorbar"]["title"]["text"] for tr in spec["data"]] == [
+        "attention weight (share of 1)", "rollout share (of 1)", "‖g(z)‖ after LN (norm, hidden units)"]
+
+
+def test_token_strip_in_app(app_spec, lm):
+    from attnviz.tokencheck import check_tokens
+
+    for text, warn in (("the keys to the cabinet [mask] on the table .", False),
+                       ("the dogs in the garden are happy .", lm.task == "masked_lm")):
+        at = new_app(app_spec, text=text).run()
+        no_exception(at)
+        warnings = " ".join(w.value for w in at.warning)
+        assert ("no \\[MASK\\]" in warnings) == warn, warnings
+    # the pure function against hand-written cases
+    toks = ["[CLS]", "the", "l", "##a", "##b", "[UNK]", "[MASK]", "[SEP]"]
+    rep = check_tokens(toks, [1, 0, 0, 0, 0, 0, 0, 1], 6, text="the lab 😀 [MASK]", task="masked_lm",
+                       unk_token="[UNK]", mask_token="[MASK]", trained_tokens=5, pieces_unseen=True)
+    assert rep.marks == ["special", "", "piece", "piece", "piece", "unk", "", "special"]
+    assert rep.unknown == 1 and rep.split_words == ["lab"] and rep.foreign == ["😀"] and len(rep.warnings) == 4
+    rep = check_tokens(toks[:2] + ["[SEP]"], [1, 0, 1], 0, text="the", task="masked_lm", unk_token="[UNK]",
+                       mask_token="[MASK]")
+    assert any("no [MASK]" in w for w in rep.warnings)
+
+
+def test_minimal_pair_page(app_spec, lm):
+    a_text, b_text = "the key to the cabinet [MASK] on the table .", "the keys to the cabinet [MASK] on the table ."
+    at = new_app(app_spec, page="minimal_pair", methods="attention,rollout", pair_a=a_text, pair_b=b_text).run()
+    no_exception(at)
+    at.session_state["pair_a"], at.session_state["pair_b"] = a_text, b_text
+    at.run()
+    ra, rb = reference(lm, a_text, ["attention", "rollout"]), reference(lm, b_text, ["attention", "rollout"])
+    d = chart(at, "pair_diff")["data"]
+    for k, m in enumerate(["attention", "rollout"]):
+        np.testing.assert_allclose(arr(d[k]["z"]), rb.maps[m].layer[0] - ra.maps[m].layer[0], atol=1e-6)
+
+
+def test_faithfulness_names_and_estimate(app_spec, lm):
+    at = new_app(app_spec, page="faithfulness").run()
+    no_exception(at)
+    fig = chart(at, "fa_bars")
+    texts = [a["text"] for a in fig["layout"]["annotations"]] + [tr["name"] for tr in fig["data"]]
+    assert any(t.startswith("Raw attention") for t in texts)
+    assert not any(t.split(" ")[0] in METHODS for t in texts)
+    assert any("Estimate: about" in c.value and "measured just now" in c.value for c in at.caption)
