@@ -183,12 +183,19 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
                 workers = max(1, min(workers, int(gpus // gpus_per_worker)))
         where = (f"the Ray cluster at {address}" if address else "the local Ray instance" if started_here
                  else "the Ray cluster this process is connected to")
+        short = []
         if workers * threads > cpus:
-            raise AttnvizError(f"{where} has {cpus:g} CPUs: {workers} workers × {threads} threads need "
-                               f"{workers * threads}; ask for fewer --workers or --threads")
+            short.append(f"{cpus:g} CPUs: {workers} workers × {threads} threads need {workers * threads}")
         if gpus_per_worker and workers * gpus_per_worker > gpus:
-            raise AttnvizError(f"{where} has {gpus:g} GPUs: {workers} workers × {gpus_per_worker:g} GPUs need "
-                               f"{workers * gpus_per_worker:g}; ask for fewer --workers or --gpus-per-worker")
+            short.append(f"{gpus:g} GPUs: {workers} workers × {gpus_per_worker:g} GPUs need "
+                         f"{workers * gpus_per_worker:g}")
+        if short:
+            msg = f"{where} has {' and '.join(short)}"
+            if started_here:  # a local instance never grows: say so now
+                raise AttnvizError(f"{msg}; ask for fewer --workers, --threads or --gpus-per-worker")
+            # a cluster may grow (an autoscaler): the workers that fit start now, the rest when there is room
+            # (an actor that never starts is left out; none at all within START_TIMEOUT_S is an error)
+            notes.append(f"{msg} now: the workers that do not fit wait for room")
         workers = min(workers, len(todo))
         if batch_size is None:
             batch_size = max(1, min(16, len(todo) // (workers * 4)))
