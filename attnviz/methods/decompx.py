@@ -104,11 +104,11 @@ def ffn_parts(w, U: torch.Tensor, ffn_in: torch.Tensor, pairs: Pairs) -> torch.T
         F1 = absdot(F1, w.b1, pairs)
     z = ffn_in @ w.w1 + (0 if w.b1 is None else w.b1)
     if w.w_gate is None:
-        H = F1 * _zo_slope(act(z), z)[rows]
-    else:
+        H = F1.mul_(_zo_slope(act(z), z)[rows])
+    else:  # in place: the [P, I] products are the bulk of the memory traffic
         g = ffn_in @ w.w_gate
         ag = act(g)
-        H = 0.5 * (F1 * ag[rows] + (U @ w.w_gate) * (_zo_slope(ag, g) * z)[rows])
+        H = F1.mul_((0.5 * ag)[rows]).add_((U @ w.w_gate).mul_((0.5 * _zo_slope(ag, g) * z)[rows]))
     F2 = H @ w.w2
     return F2 if w.b2 is None else absdot(F2, w.b2, pairs)
 
