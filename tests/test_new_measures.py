@@ -70,6 +70,14 @@ def _hf(lm, text=SENTENCE, hooks=()):
     return [h[0].double() for h in out.hidden_states], [a[0].double() for a in out.attentions]
 
 
+def _setup(lm):
+    """-> (the model's hidden states, attentions, query heads, KV heads, post-LN?)."""
+    hs, att = _hf(lm)
+    cfg = lm.model.config
+    H = cfg.num_attention_heads
+    return hs, att, H, getattr(cfg, "num_key_value_heads", None) or H, lm.arch.placement == "post"
+
+
 def _layers(lm):
     base = lm.model.base_model
     if hasattr(base, "encoder"):
@@ -133,11 +141,7 @@ def _per_head_f(v, o, x_j, H, Hkv):
 
 # ------------------------------------------------------------------------------------------ ALTI
 def _alti_plain(lm):
-    hs, att = _hf(lm)
-    cfg = lm.model.config
-    H = cfg.num_attention_heads
-    Hkv = getattr(cfg, "num_key_value_heads", None) or H
-    post = lm.arch.placement == "post"
+    hs, att, H, Hkv, post = _setup(lm)
     per = []
     for l, lay in enumerate(_layers(lm)):
         x = hs[l].numpy()
@@ -277,11 +281,7 @@ def test_value_zeroing_rows_and_rollout(tiny64):
 @pytest.mark.parametrize("family", ["bert", "llama"])
 def test_globenc_plain_formula(tiny64, family):
     lm = tiny64(family)
-    hs, att = _hf(lm)
-    cfg = lm.model.config
-    H = cfg.num_attention_heads
-    Hkv = getattr(cfg, "num_key_value_heads", None) or H
-    post = lm.arch.placement == "post"
+    hs, att, H, Hkv, post = _setup(lm)
     tr = trace(lm, SENTENCE, dtype=torch.float64)
     per = []
     for l, lay in enumerate(_layers(lm)):
@@ -320,11 +320,7 @@ def _absdot(parts, b):
 
 def _decompx_plain(lm):
     """DecompX written out per receiver i and input token k (lists of vectors), from the HF modules."""
-    hs, att = _hf(lm)
-    cfg = lm.model.config
-    H = cfg.num_attention_heads
-    Hkv = getattr(cfg, "num_key_value_heads", None) or H
-    post = lm.arch.placement == "post"
+    hs, att, H, Hkv, post = _setup(lm)
     tr = trace(lm, SENTENCE, dtype=torch.float64)
     E = None
     norms = []

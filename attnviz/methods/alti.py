@@ -29,7 +29,6 @@ F.pairwise_distance adds 1e-6 to each coordinate difference, which we do not.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from . import attn_res_ln
 from .base import Map
@@ -44,6 +43,17 @@ def chain(C: np.ndarray) -> np.ndarray:
     for l in range(C.shape[0]):
         R = C[l] @ R
         out[l] = R
+    return out
+
+
+def per_layer(trace, fn, progress=None) -> list:
+    """[fn(trace, l) for every layer l], reporting progress(l / L) before each."""
+    L = trace.n_layers
+    out = []
+    for l in range(L):
+        if progress:
+            progress(l / L)
+        out.append(fn(trace, l))
     return out
 
 
@@ -67,15 +77,9 @@ def layer_contributions(trace, l: int):
 
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map alti: rollout of the per-layer ALTI contributions (rows sum to 1)."""
-    L = trace.n_layers
-    per, errs = [], []
-    for l in range(L):
-        if progress:
-            progress(l / L)
-        C, err, _, _ = layer_contributions(trace, l)
-        per.append(C)
-        errs.append(err)
-    per = np.stack(per)
+    res = per_layer(trace, layer_contributions, progress)
+    per = np.stack([r[0] for r in res])
+    errs = [r[1] for r in res]
     meta = {"rows_sum_to_one": True, "per_layer": per, "completeness": errs,
             "aggregation": "rollout of the per-layer contributions, no identity added"}
     if trace.placement != "post":

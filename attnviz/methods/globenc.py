@@ -24,10 +24,10 @@ with f computed from norm1(x_j)), aggregated in the same way.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..models.forward import norm_stats
 from . import attn_res_ln
+from .alti import per_layer
 from .base import Map
 
 
@@ -56,12 +56,7 @@ def _norm64(nrm):
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map globenc: rollout (plain product) of the per-layer N_Enc norms, rows shown as shares."""
     L = trace.n_layers
-    per = []
-    for l in range(L):
-        if progress:
-            progress(l / L)
-        per.append(layer_norms(trace, l))
-    per = np.stack(per)
+    per = np.stack(per_layer(trace, layer_norms, progress))
     n = per.shape[-1]
     shares = np.empty_like(per)
     log_rows = np.empty(per.shape[:2])

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..models.forward import after_attention
-from .alti import chain, row_normalise
+from .alti import chain, per_layer, row_normalise
 from .base import Map
 
 _CHUNK_BYTES = 96 * 2 ** 20
@@ -73,13 +73,7 @@ def layer_scores(trace, l: int) -> np.ndarray:
 
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map value_zeroing: rollout of the row-normalised per-layer value-zeroing scores."""
-    L = trace.n_layers
-    per = []
-    for l in range(L):
-        if progress:
-            progress(l / L)
-        per.append(row_normalise(layer_scores(trace, l)))
-    per = np.stack(per)
+    per = row_normalise(np.stack(per_layer(trace, layer_scores, progress)))
     meta = {"rows_sum_to_one": True, "per_layer": per, "distance": "cosine",
             "aggregation": "rollout of the per-layer scores, no identity added"}
     if trace.placement != "post":
