@@ -29,6 +29,7 @@ F.pairwise_distance adds 1e-6 to each coordinate difference, which we do not.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from . import attn_res_ln
 from .base import Map
@@ -70,8 +71,10 @@ def layer_contributions(trace, l: int):
     r = trace.layers[l]
     real = (r["mid"] if trace.placement == "post" else r["resid"]).double()
     err = float(((y - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
-    dist = (y[:, None, :] - T).abs().sum(-1)  # ||y_i - T_i(x_j)||_1  [n, n]
-    c = (y.abs().sum(-1, keepdim=True) - dist).clamp_min(0).numpy()
+    dist = torch.cdist(y[:, None, :], T, p=1)[:, 0, :]  # ||y_i - T_i(x_j)||_1  [n, n]
+    c = (y.abs().sum(-1, keepdim=True) - dist).clamp_min(0)
+    c[~(T != 0).any(-1)] = 0  # a zero vector (causal j > i) contributes exactly 0, whatever the rounding
+    c = c.numpy()
     return row_normalise(c), err, T, y
 
 
