@@ -476,7 +476,8 @@ def _long_flow(key: tuple, A: np.ndarray, est: float):
 
 def flow_cost(lm, n_tokens: int) -> float:
     from attnviz.methods.flow import default_workers, estimate_seconds
-    return estimate_seconds(lm.n_layers, n_tokens, workers=default_workers())
+    return estimate_seconds(lm.n_layers, n_tokens, workers=default_workers(),
+                            causal=bool(lm.arch is not None and lm.arch.causal))
 
 
 def _confirm_flow(key) -> None:
