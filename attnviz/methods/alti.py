@@ -80,7 +80,7 @@ def layer_contributions(trace, l: int):
 
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map alti: rollout of the per-layer ALTI contributions (rows sum to 1)."""
-    res = per_layer(trace, layer_contributions, progress)
+    res = per_layer(trace, lambda tr, l: layer_contributions(tr, l)[:2], progress)  # not the [n, n, d] vectors
     per = np.stack([r[0] for r in res])
     errs = [r[1] for r in res]
     meta = {"rows_sum_to_one": True, "per_layer": per, "completeness": errs,
