@@ -689,5 +689,5 @@ svg.querySelectorAll('text.tok').forEach(t => {
     ttl = f'<div style="font-size:14px;font-weight:600;margin:2px 0 0 4px">{html.escape(title)}</div>' if title else ""
     return (f"<!doctype html><html><head><meta charset='utf-8'>{style}</head><body>{ttl}"
             f'<div id="info">Hover a token to see only its lines.</div>'
-            f'<svg class="lineview" width="{width}" height="{h}" viewBox="0 0 {width} {h}">{head}{"".join(lines)}'
+            f'<svg class="lineview" width="100%" style="max-width:{width}px" viewBox="0 0 {width} {h}">{head}{"".join(lines)}'
             f'{"".join(texts)}</svg>{script}</body></html>')

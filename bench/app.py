@@ -56,7 +56,7 @@ def start_server(port: int):
 
 
 WAIT_MAPS = """want => { const g = document.querySelector('.st-key-maps .js-plotly-plot');
-    return !!(g && g.querySelector('.heatmaplayer') && g.layout.annotations[0].text.includes(want)); }"""
+    return !!(g && g.querySelector('.heatmaplayer') && g.layout.title && g.layout.title.text.toLowerCase().includes(want)); }"""
 
 
 def med(xs):
@@ -95,7 +95,8 @@ def main(argv=None):
     a = attnviz.analyze(lm, TEXT, methods=METHODS.split(","))
     view = plots.make_view(a.tokens, a.special, a.target)
     fig = plots.heatmaps([view.apply(a.maps[m].layer[0], attnviz.METHODS[m].rows_sum_to_one) for m in METHODS.split(",")],
-                         view.labels, [f"{m} · layer 1" for m in METHODS.split(",")], cell_text=args.cells)
+                         view.labels, [f"<b>{m}</b><br>layer map" for m in METHODS.split(",")], cell_text=args.cells,
+                         title="Layer 1 · all heads (layer maps)")
     static = Path(tempfile.mkdtemp()) / "static.html"
     fig.write_html(static, include_plotlyjs=True, full_html=True, div_id="fig")
 

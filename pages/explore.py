@@ -138,15 +138,12 @@ def maps_panel():
     if st.session_state.get("draw") == "lines":
         st.markdown(f"**{ui.plain(fig_title)}** — right: the receiving token (row i); left: the tokens it draws "
                     "from (column j). Line weight = the value, relative to the map's largest.")
-        ncol = min(len(shown), 2)
-        cols = st.columns(ncol)
         from streamlit.components.v1 import html as component_html
-        for c, (m, M) in enumerate(zip(shown, mats)):
-            with cols[c % ncol]:
-                with st.container(key=f"lines_{m}"):
-                    component_html(plots.line_view_html(M, view.labels, title=longs[c], value_name=units[c],
-                                                        target=view.target),
-                                   height=46 + 22 * len(view.labels) + 70)
+        for c, (m, M) in enumerate(zip(shown, mats)):  # one above the other: readable at 1024 px
+            with st.container(key=f"lines_{m}"):
+                component_html(plots.line_view_html(M, view.labels, title=longs[c], value_name=units[c],
+                                                    target=view.target),
+                               height=46 + 22 * len(view.labels) + 70)
     else:
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     if any("*" in t for t in titles):
