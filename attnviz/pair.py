@@ -21,7 +21,7 @@ CAUSAL_PAIRS = {
                                               "the keys to the cabinet [MASK] on the table ."),
     "Agreement: no attractor": ("the cat [MASK] sleeping on the sofa .", "the cats [MASK] sleeping on the sofa ."),
     "Pronoun: his vs her": ("the boy who met the girls lost [MASK] keys .",
-                            "the woman who talked to the boys lost [MASK] phone ."),
+                            "the girl who met the boys lost [MASK] keys ."),
 }
 
 
