@@ -132,13 +132,8 @@ def to_npz(a) -> bytes:
     meta, _ = finite_json(meta)
     arrays = {"meta": np.array(json.dumps(meta, ensure_ascii=False, allow_nan=False)),
               "special": np.asarray(a.special, dtype=bool),
-              "nonfinite": np.array(keys, dtype=str) if keys else np.zeros(0, dtype="<U1")}
-    for name, m in a.maps.items():
-        arrays[f"maps/{name}/layer"] = np.asarray(m.layer)
-        if m.heads is not None:
-            arrays[f"maps/{name}/heads"] = np.asarray(m.heads)
-    for name, v in a.mixing.items():
-        arrays[f"mixing/{name}"] = np.asarray(v)
+              "nonfinite": np.array(keys, dtype=str) if keys else np.zeros(0, dtype="<U1"),
+              **_arrays(a)}
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return buf.getvalue()
