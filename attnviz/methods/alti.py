@@ -32,36 +32,7 @@ import numpy as np
 import torch
 
 from . import attn_res_ln
-from .base import Map
-
-
-def chain(C: np.ndarray) -> np.ndarray:
-    """C [L, n, n] per-layer maps -> R [L, n, n] with R_1 = C_1, R_l = C_l R_{l-1} (rollout without an
-    added identity: the maps already contain the residual)."""
-    C = np.asarray(C, dtype=np.float64)
-    out = np.empty_like(C)
-    R = np.eye(C.shape[-1])
-    for l in range(C.shape[0]):
-        R = C[l] @ R
-        out[l] = R
-    return out
-
-
-def per_layer(trace, fn, progress=None) -> list:
-    """[fn(trace, l) for every layer l], reporting progress(l / L) before each."""
-    L = trace.n_layers
-    out = []
-    for l in range(L):
-        if progress:
-            progress(l / L)
-        out.append(fn(trace, l))
-    return out
-
-
-def row_normalise(c: np.ndarray) -> np.ndarray:
-    """c [..., n] nonnegative -> rows divided by their sums (a zero row stays zero)."""
-    s = c.sum(-1, keepdims=True)
-    return np.divide(c, s, out=np.zeros_like(c), where=s > 0)
+from .base import Map, chain, per_layer, row_normalise
 
 
 def layer_contributions(trace, l: int):

@@ -27,8 +27,7 @@ import numpy as np
 
 from ..models.forward import norm_stats
 from . import attn_res_ln
-from .alti import per_layer
-from .base import Map
+from .base import Map, per_layer
 
 
 def _center(v):

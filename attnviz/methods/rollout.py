@@ -3,19 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Map, with_residual
+from .base import Map, chain, with_residual
 
 
 def rollout(A: np.ndarray) -> np.ndarray:
     """A [L, n, n] head-averaged attention (rows sum to 1) -> R [L, n, n]; row i of R_l is how much
     input token j reaches position i at layer l. The residual is added inside."""
-    Ares = with_residual(A)
-    out = np.empty_like(Ares)
-    R = np.eye(Ares.shape[-1])
-    for l in range(Ares.shape[0]):
-        R = Ares[l] @ R
-        out[l] = R
-    return out
+    return chain(with_residual(A))
 
 
 def compute(trace, *, progress=None) -> Map:

@@ -29,8 +29,7 @@ import numpy as np
 import torch
 
 from ..models.forward import after_attention
-from .alti import chain, per_layer, row_normalise
-from .base import Map
+from .base import Map, chain, per_layer, row_normalise
 
 _CHUNK_BYTES = 96 * 2 ** 20
 
