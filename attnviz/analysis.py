@@ -116,8 +116,9 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     todo = [m for m in methods if m not in disabled]
     n = len(enc.tokens)
     # rough relative costs, so that the fraction passed to progress() moves evenly in time: the FFN
-    # split (computed once for the three atb_ff scopes) costs about n times a cheap map
-    cost = {m: (2.0 + n / 2 if m.startswith("atb_ff") else 2.0 if METHODS[m].decomposition else 1.0) for m in todo}
+    # split (computed once for the three atb_ff scopes), value zeroing and DecompX cost about n times a cheap map
+    heavy = lambda m: m.startswith("atb_ff") or m in ("value_zeroing", "decompx")  # noqa: E731 - every pair through the FFN
+    cost = {m: (2.0 + n / 2 if heavy(m) else 2.0 if METHODS[m].decomposition else 1.0) for m in todo}
     seen_ff = False
     for m in todo:
         if m.startswith("atb_ff"):
