@@ -498,3 +498,29 @@ def test_adversarial_demo(server, browser, spec):
     assert shape > 0.5 and x_drag != x0
     page.screenshot(path=str(SHOTS / "13_adversarial.png"))
     page.close()
+
+
+def test_failed_load_keeps_the_model_and_faithfulness_speaks_plainly(server, browser, spec, tmp_path):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{server}/model?model={quote(spec)}&page=model")
+    page.wait_for_selector("text=Self-check passed", timeout=120_000)
+    page.get_by_text("Local folder or .gguf file").click()
+    box = page.get_by_placeholder("/path/to/model or /path/to/model.gguf")
+    box.fill(str(tmp_path / "no_such_model"))
+    box.press("Enter")
+    page.get_by_role("button", name="Load this model").click()
+    page.wait_for_selector("text=Still using", timeout=60_000)
+    assert page.locator("[data-testid=stAlertContentError]").count() == 1
+    page.wait_for_selector("text=Self-check passed", timeout=60_000)  # the previous model is still there
+    page.get_by_role("link", name="Explore").click()
+    page.wait_for_selector(".st-key-maps .heatmaplayer", timeout=120_000)
+    assert page.locator("[data-testid=stAlertContentError]").count() == 0  # shown once
+    # the short explanation sits under the maps
+    assert page.get_by_text("At layer 1 there is nothing to compose yet").count() == 1
+    # Faithfulness: the maps named as everywhere, an estimate from measured sentences
+    page.get_by_role("link", name="Faithfulness").click()
+    page.wait_for_selector(".st-key-fa_bars .js-plotly-plot", timeout=180_000)
+    titles = chart_js(page, "fa_bars", "g => g.layout.annotations.map(a => a.text)")
+    assert any(t.startswith("Raw attention") for t in titles) and not any(t.split(" ")[0] in attnviz.METHODS for t in titles)
+    page.wait_for_selector("text=measured just now", timeout=120_000)
+    page.close()
