@@ -83,8 +83,11 @@ VALUE_NAMES = {"attention": "attention weight (share of 1)", "rollout": "rollout
                "flow": "flow share (of 1)", "value_norm": "‖α f(x)‖ (norm, hidden units)",
                "attn_res": "‖z‖ attn+residual (norm, hidden units)", "attn_res_ln": "‖g(z)‖ after LN (norm, hidden units)",
                "atb_ff": "‖FFN share‖ (norm, hidden units)", "atb_ff_res": "‖share‖ 2nd residual (norm, hidden units)",
-               "atb_ff_res_ln": "‖share‖ layer output (norm, hidden units)"}
-SHARE_METHODS = ("attention", "rollout", "flow")  # rows sum to 1: one colour scale can serve them all
+               "atb_ff_res_ln": "‖share‖ layer output (norm, hidden units)",
+               "alti": "ALTI contribution (share of 1)", "value_zeroing": "value-zeroing share (of 1)",
+               "globenc": "GlobEnc share (of 1)", "decompx": "‖part of output‖ (norm, hidden units)"}
+# rows sum to 1: one colour scale can serve them all
+SHARE_METHODS = ("attention", "rollout", "flow", "alti", "value_zeroing", "globenc")
 
 # one or two sentences shown under the maps, where the map is read (the About page has the long form)
 EXPLAIN = {
@@ -105,6 +108,14 @@ EXPLAIN = {
     "atb_ff": "ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients).",
     "atb_ff_res": "ATBFFRES: ATBFF plus the second residual connection.",
     "atb_ff_res_ln": "ATBFFRESLN: the whole layer's output per source token, after the last layer norm.",
+    "alti": "ALTI: how close each source's transformed vector is to token i's output (L1 distance), as shares, "
+            "composed through the layers like rollout.",
+    "value_zeroing": "Value zeroing: how much token i's output changes (cosine distance) when source j's value "
+                     "vector is zeroed and the layer rerun, as shares, composed through the layers.",
+    "globenc": "GlobEnc: norms of each source's part through both layer norms of the encoder layer, multiplied "
+               "through the layers.",
+    "decompx": "DecompX: token i's output at this layer split into one vector per input token, carried through "
+               "every layer; the map shows each part's norm.",
 }
 
 

@@ -445,3 +445,14 @@ def test_faithfulness_names_and_estimate(app_spec, lm):
     assert any(t.startswith("Raw attention") for t in texts)
     assert not any(t.split(" ")[0] in METHODS for t in texts)
     assert any("Estimate: about" in c.value and "measured just now" in c.value for c in at.caption)
+
+
+def test_every_method_has_a_colour_bar_unit_and_an_explanation():
+    from pages import ui
+
+    for m, info in METHODS.items():
+        name = ui.value_name(m)
+        assert ("of 1)" in name) == bool(info.rows_sum_to_one) or "hidden units" in name, (m, name)
+        assert ("of 1)" in name or "hidden units" in name), (m, name)
+        assert ui.EXPLAIN.get(m), m
+        assert (m in ui.SHARE_METHODS) == bool(info.rows_sum_to_one), m
