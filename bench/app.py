@@ -68,7 +68,11 @@ def main(argv=None):
     ap.add_argument("--spec", default=None, help="model spec (default: builtin:agreement, else pkg:minilm)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cells", action="store_true", help="numbers written in the heatmap cells")
+    ap.add_argument("--adversarial", action="store_true",
+                    help="only the Adversarial page: a JSD-slider step to the redrawn frontier chart")
     args = ap.parse_args(argv)
+    if args.adversarial:
+        return adversarial(args)
 
     import torch
     torch.set_num_threads(1)
@@ -163,6 +167,50 @@ def main(argv=None):
     print(f"  slider move to re-rendered heatmaps        {t_move * 1e3:9.1f} ms   = {t_move / t_static:5.2f} x static page"
           f" = {t_move / t_fwd:6.1f} x forward pass   (budget 500 ms: {'ok' if t_move <= 0.5 else 'OVER'})")
     print(f"  slider moves (ms): {' '.join(f'{m * 1e3:.0f}' for m in moves)}")
+
+
+def adversarial(args) -> None:
+    """The Adversarial page (builtin:agreement, layer 6 head 2, default search): press the button,
+    then move the app's JSD slider with the keyboard and time each step until the frontier chart
+    shows the new guide line and the prediction chart below is mounted again."""
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    server = start_server(port)
+    url = f"http://127.0.0.1:{port}/adversarial?page=adversarial&model=builtin%3Aagreement&adv_layer=6&adv_head=2"
+    wait = """o => { const g = document.querySelector('.st-key-adv_frontier_chart .js-plotly-plot');
+                     return !!(g && g.layout && g.layout.shapes[0].x0 !== o
+                               && document.querySelector('.st-key-adv_pred_after .js-plotly-plot')); }"""
+    shape = "() => document.querySelector('.st-key-adv_frontier_chart .js-plotly-plot').layout.shapes[0].x0"
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = b.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(url)
+            t = time.perf_counter()
+            page.get_by_role("button", name="Compute the frontier").click()
+            page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=600_000)
+            t_search = time.perf_counter() - t
+            time.sleep(1)
+            slider = page.get_by_role("slider").first
+            slider.focus()
+            moves = []
+            for k in range(2 * args.repeats + 1):
+                old = page.evaluate(shape)
+                t = time.perf_counter()
+                slider.press("ArrowRight" if k % 2 == 0 else "ArrowLeft")
+                page.wait_for_function(wait, arg=old, timeout=60_000)
+                if k:
+                    moves.append(time.perf_counter() - t)
+                time.sleep(0.4)
+            b.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+    print(f"attnviz adversarial page — builtin:agreement, layer 6 head 2, default search ({t_search:.1f} s "
+          f"with page load)")
+    print(f"  JSD slider step to the redrawn charts   {med(moves) * 1e3:9.1f} ms (median of {len(moves)})")
+    print(f"  steps (ms): {' '.join(f'{m * 1e3:.0f}' for m in moves)}")
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
     Two sliders inside the chart (plotly's own, run in the browser) move the two points and their
     guide lines while they are dragged; the app's sliders below set the point shown in detail."""
     fig = go.Figure()
-    fig.add_trace(go.Scattergl(x=fr.jsd, y=fr.tvd, mode="markers", name="points tried",
+    fig.add_trace(go.Scatter(x=fr.jsd, y=fr.tvd, mode="markers", name="points tried",
                                marker=dict(color=COL["points"], size=4),
                                hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>point tried</extra>"))
     ex, ey = fr.envelope_xy()
