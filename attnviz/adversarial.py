@@ -168,6 +168,7 @@ class Problem:
     fast: bool = True  # outputs(): the row-restricted fused path (run_layers' numbers up to float rounding, less work)
     _fused: Optional[list] = None  # [_Fused] per layer, made on first use
     _qkv_next: Optional[torch.Tensor] = None  # unmodified q/k/v products of the layer after the site
+    _causal_rows: Optional[dict] = None  # causal model, target last: layer -> unmodified (input, q/k/v) [1, n, .]
 
     @property
     def n(self) -> int:
@@ -252,6 +253,15 @@ class Problem:
             return self._head_on_row(row)
         is_t = torch.zeros(1, self.n, 1, dtype=torch.bool)
         is_t[0, t, 0] = True
+        if token and self.lm.arch.causal and t == self.n - 1:
+            # a causal model whose target is the last position: no other row reads row t, so every
+            # later layer changes only row t; the other rows' inputs and q/k/v are the unmodified ones
+            cache = self._unmodified_rows()
+            for li in range(s + 1, L):
+                xin, qkv0 = cache[li]
+                _, k, v = fz[li]._split(torch.where(is_t, fz[li].qkv(row), qkv0), rope, rows=[t])
+                row = fz[li].rows(torch.where(is_t, row, xin), t, rope, groups.get(li), kv=(k, v))
+            return self._head_on_row(row)
         x = torch.where(is_t, row, self.out_start)  # [B, n, d]: the unmodified output with row t replaced
         last = L - 1 if token else L
         for li in range(s + 1, last):
@@ -265,6 +275,20 @@ class Problem:
         if token:
             return self._head_on_row(fz[L - 1].rows(x, t, rope, groups.get(L - 1)))
         return _output_probs(self.lm, _final_norm(self.lm.arch, x), t, self.output_kind)
+
+    def _unmodified_rows(self) -> dict:
+        """layer -> (unmodified input [1, n, d], its q/k/v products [1, n, Dq + 2 Dkv]) for the layers
+        after the site; computed once per Problem."""
+        if self._causal_rows is None:
+            fz, s, t = self.fused(), self.site.start(), self.target
+            out, x = {}, self.out_start
+            with torch.no_grad():
+                for li in range(s + 1, len(fz)):
+                    qkv = fz[li].qkv(x)
+                    out[li] = (x, qkv)
+                    x = fz[li].full(x, t, self.rope, None, qkv=qkv)
+            self._causal_rows = out
+        return self._causal_rows
 
     def _head_on_row(self, row: torch.Tensor) -> torch.Tensor:
         """row [B, 1, d] (last layer output at the target) -> output distribution [B, C]."""
