@@ -588,28 +588,28 @@ def test_adversarial_page(tokenizer):
     # the frontier line is monotone; the point shown first is the largest JSD within ε = 0.01
     fx, fy = _arr(_trace(ch["frontier"], "frontier")["x"]), _arr(_trace(ch["frontier"], "frontier")["y"])
     assert (np.diff(fx) > 0).all() and (np.diff(fy) > 0).all()
-    x1, y1 = check_shown(ch, "largest JSD")
+    x1, y1 = check_shown(ch, "within the tolerance")
     assert y1 <= 0.01 and x1 == pytest.approx(fx[fy <= 0.01].max())
-    perm = _trace(ch["frontier"], "100 random permutations")
+    perm = _trace(ch["frontier"], "100 shuffles of α")
     assert len(_arr(perm["x"])) == 100
     # a larger ε: the point moves right along the frontier, instantly (no recomputation)
     at.select_slider(key="adv_eps").set_value(0.1)
     at.run()
     ch = _charts(at)
-    x2, y2 = check_shown(ch, "largest JSD")
+    x2, y2 = check_shown(ch, "within the tolerance")
     assert y2 <= 0.1 and x2 >= x1
     # the JSD slider: the lowest TVD with at least that JSD
     at.slider(key="adv_jsd").set_value(0.2)
     at.run()
     ch = _charts(at)
     fx, fy = _arr(_trace(ch["frontier"], "frontier")["x"]), _arr(_trace(ch["frontier"], "frontier")["y"])
-    x3, y3 = check_shown(ch, "lowest TVD")
+    x3, y3 = check_shown(ch, "at the attention-change target")
     if fx.max() >= 0.2:
         assert x3 >= 0.2 and y3 == pytest.approx(fy[fx >= 0.2].min())
     # the other seeds (Wiegreffe & Pinter): the model's own attention of each seed's model
     seeds = A.seed_specs("builtin:agreement")
     if seeds:
-        tr = _trace(ch["frontier"], "other seeds")
+        tr = _trace(ch["frontier"], "models from other seeds")
         for k, s in enumerate(seeds):
             other = attnviz.load_model(s)
             oo = other.model(input_ids=enc.ids, output_attentions=True)
