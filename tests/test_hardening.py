@@ -434,9 +434,10 @@ def test_ctrl_c_during_model_load_is_quiet(tiny_folder, tmp_path):
 
 
 _READY_THEN_MAIN = """
-import pathlib, sys
+import os, pathlib, sys
 from attnviz.cli import main
-pathlib.Path(sys.argv[1]).write_text("ready")  # Python itself has started (site, imports): our code from here
+pathlib.Path(sys.argv[1] + ".tmp").write_text("ready")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])  # appears whole: Python has started, main() is next
 sys.exit(main(sys.argv[2:]))
 """
 
