@@ -72,6 +72,16 @@ def make_tiny(tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tiny_bert_folder(make_tiny, tmp_path_factory):
+    """A tiny random BertForMaskedLM saved as a Hugging Face folder (the CLI loads it by path)."""
+    lm = make_tiny("bert")
+    d = tmp_path_factory.mktemp("tiny_bert")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
 def minilm():
     import attnviz
 

@@ -16,13 +16,9 @@ from conftest import SENTENCE
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(make_tiny, tmp_path_factory):
-    """A tiny random BertForMaskedLM saved as a Hugging Face folder (the CLI loads it by path)."""
-    lm = make_tiny("bert")
-    d = tmp_path_factory.mktemp("tiny_bert")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d, lm
+def tiny_folder(tiny_bert_folder, make_tiny):
+    """conftest's tiny BERT folder and its LoadedModel."""
+    return tiny_bert_folder, make_tiny("bert")
 
 
 def _probs(lm, ids, pos):

@@ -58,12 +58,8 @@ def _one_line_error(stderr) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(make_tiny, tmp_path_factory):
-    lm = make_tiny("bert")
-    d = tmp_path_factory.mktemp("hard_bert")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
+def tiny_folder(tiny_bert_folder):
+    return tiny_bert_folder
 
 
 # ---------------------------------------------------------------- 1. remote code never runs
