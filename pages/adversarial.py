@@ -200,7 +200,7 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
     if log_y:
         pos = np.concatenate([fr.tvd[fr.tvd > 0], fr.perm_tvd[fr.perm_tvd > 0], [min(EPS_CHOICES)]])
         lo = max(1e-9, float(pos.min()) / 2) if pos.size else 1e-6
-        fig.update_yaxes(type="log", range=[math.log10(lo), 0.05])
+        fig.update_yaxes(type="log", range=[math.log10(lo), 0.05], exponentformat="power")  # 10⁻⁴, not "100μ"
     fig.update_yaxes(title_text="TVD(ŷ′, ŷ): how far the output moved" + (" (log)" if log_y else ""))
     # sliders run by plotly.js in the browser: the points follow while the handle is dragged
     jsd_steps = []
