@@ -114,7 +114,7 @@ def encode(lm: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, tar
 def word_start_ids(lm: LoadedModel) -> np.ndarray:
     """Ids of the vocabulary entries that begin a new word (a leading space marker, then a letter or
     digit): what a [MASK] blank on a causal model can be. Cached per model."""
-    cache = lm._dtype_cache
+    cache = lm._vocab_cache
     if "word_starts" not in cache:
         tok = lm.tokenizer
         vocab = tok.get_vocab()

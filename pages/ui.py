@@ -332,12 +332,12 @@ def _load(spec_: str):
 
 def _load_message(spec_: str) -> str:
     """What the spinner says while a model loads: a GGUF file without a converted copy takes longer."""
-    from attnviz.models.load import _cache_key, cache_dir, resolve
+    from attnviz.models.load import converted_copy, resolve
     try:
         kind, source = resolve(spec_)
         if kind == "gguf":
             from pathlib import Path
-            if not (cache_dir() / "gguf" / _cache_key(Path(source)) / "config.json").is_file():
+            if not (converted_copy(source) / "config.json").is_file():
                 return (f"Loading {Path(source).name}: the first load converts it to float32 and keeps a copy "
                         "(about half a minute); later loads take a second or two…")
     except Exception:  # noqa: BLE001 - the load itself reports what is wrong

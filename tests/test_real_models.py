@@ -49,8 +49,9 @@ def test_gguf_path_converts_once_then_loads_the_cached_copy(tmp_path, monkeypatc
     again (transformers' GGUF loader) and a Hugging Face copy written; the next load reads the copy
     and gives the same logits as the GGUF-loaded model."""
     monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path))
-    from attnviz.models.load import _cache_key
-    dest = tmp_path / "gguf" / _cache_key(gguf_path())
+    from attnviz.models.load import converted_copy
+    dest = converted_copy(gguf_path())
+    assert dest.parent == tmp_path / "gguf"
     dest.mkdir(parents=True)
     (dest / "config.json").write_text("{not json")
     first = attnviz.load_model(gguf_path())

@@ -61,6 +61,7 @@ class LoadedModel:
     unsupported_reason: Optional[str] = None
     load_notes: list = field(default_factory=list)  # what loading did (e.g. a GGUF file converted and cached)
     _dtype_cache: dict = field(default_factory=dict, repr=False)
+    _vocab_cache: dict = field(default_factory=dict, repr=False)  # facts of the vocabulary (word-start ids)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -371,6 +372,11 @@ def _cache_key(path: Path) -> str:
     return f"{path.stem}-{hashlib.sha1(raw.encode()).hexdigest()[:12]}"
 
 
+def converted_copy(path) -> Path:
+    """Where the converted Hugging Face copy of a .gguf file lives (it may not exist yet)."""
+    return cache_dir() / "gguf" / _cache_key(Path(path))
+
+
 def _write_converted(model, tok, dest: Path) -> None:
     """A GGUF-loaded model -> a plain Hugging Face folder at dest (written to a temporary folder, then
     renamed, so a crash never leaves half a cache). transformers refuses save_pretrained on a
@@ -402,7 +408,7 @@ def _from_gguf(source: str, spec: str):
     """A .gguf file -> (model, tokenizer, note): the converted copy in the cache when there is one,
     else transformers' GGUF loader (dequantised to float32), then a converted copy is written."""
     path = Path(source)
-    dest = cache_dir() / "gguf" / _cache_key(path)
+    dest = converted_copy(path)
     if (dest / "config.json").is_file():
         try:
             model, tok = _from_pretrained("folder", str(dest), spec)
