@@ -307,11 +307,64 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _interrupt_in_finaliser(unraisable) -> None:
+    """A Ctrl-C that lands inside an object's __del__ (a library's finaliser during an import, say) cannot
+    propagate: Python prints "Exception ignored in ... KeyboardInterrupt" and carries on as if nothing
+    happened. Treat it as the interrupt it is: one quiet line and exit 130 (results already written stay)."""
+    if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+        import os
+
+        try:
+            print("interrupted", file=sys.stderr, flush=True)
+        finally:
+            os._exit(130)
+    sys.__unraisablehook__(unraisable)
+
+
+def _quit_now(signum, frame) -> None:  # pragma: no cover - runs in a killed child process
+    import os
+
+    try:
+        print("interrupted", file=sys.stderr, flush=True)
+    finally:
+        os._exit(130)
+
+
+def _import_quietly() -> None:
+    """Import the heavy libraries while a Ctrl-C ends the process at once: an interrupt inside a C extension's
+    import comes out as an ImportError with a traceback (numpy turns it into "PyCapsule_Import could not import
+    module datetime"), which no except-clause could tell from a broken install."""
+    import signal
+
+    try:
+        old = signal.signal(signal.SIGINT, _quit_now)
+    except ValueError:  # not the main thread: nothing to guard
+        return
+    try:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        from transformers import AutoConfig, AutoModel, AutoTokenizer  # noqa: F401  (the lazy module's real imports)
+    except ImportError:
+        pass  # the command reports what is missing in its own words
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    hook, sys.unraisablehook = sys.unraisablehook, _interrupt_in_finaliser
+    try:
+        return _main(argv)
+    finally:
+        sys.unraisablehook = hook
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     from .errors import AttnvizError
 
     try:
         args = build_parser().parse_args(argv)
+        _import_quietly()
         return args.func(args)
     except AttnvizError as e:
         print(f"error: {e}", file=sys.stderr)
