@@ -179,16 +179,18 @@ class Trace:
 
     def attention(self) -> np.ndarray:
         """[L, H, n, n] attention probabilities (the model's own)."""
-        return np.stack([a.numpy() for a in self.attentions])
+        return torch.stack(self.attentions).cpu().numpy()
 
     def output_probs(self) -> Optional[np.ndarray]:
         if self.logits is None:
             return None
-        return torch.softmax(self.logits.double(), -1).numpy()
+        return torch.softmax(self.logits.double(), -1).cpu().numpy()
 
 
 def hf_forward(lm: LoadedModel, ids: torch.Tensor, **kw):
-    """The model's own forward with hidden states and attentions; raises if attentions are missing."""
+    """The model's own forward with hidden states and attentions, on the model's device; raises if
+    attentions are missing."""
+    ids = ids.to(lm.device)
     with torch.inference_mode():
         out = lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True,
                        output_attentions=True, **kw)

@@ -5,8 +5,13 @@
 
 Each (model, length) runs in a fresh subprocess so that its peak memory (ru_maxrss) is its own. The
 text is ordinary English prose cut to the length. "forward" is the model's own forward pass
-(inference mode, no attentions), the median of three; every method is timed through
-attnviz.analyze's own timings (flow is left out by default: bench/scale_flow.py times it).
+(inference mode, no attentions), the fastest of three runs before and three after the maps; the
+trace, then every method through its registry compute() on that trace (the FFN split is computed
+once for the three atb_ff scopes and cached on the trace, as in attnviz.analyze), then the mixing
+ratios. Each figure is printed as a ratio to the forward pass, in wall-clock seconds and in CPU
+seconds of this process (less disturbed by other work on a shared machine). Peak memory is the
+process's ru_maxrss (CPU) or torch.cuda.max_memory_allocated (--device cuda). Flow is left out by
+default: bench/scale_flow.py times it.
 """
 from __future__ import annotations
 
@@ -39,33 +44,79 @@ def bert_base(path: str) -> str:
     return path
 
 
-def one(spec: str, n: int, methods: list, threads: int) -> dict:
+def _clock():
     import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime + r.ru_stime
+
+
+def _since(t0):
+    w, c = _clock()
+    return w - t0[0], c - t0[1]
+
+
+def one(spec: str, n: int, methods: list, threads: int, device: str = "cpu") -> dict:
+    """One (model, length) in this process: forward (min of 3 before and 3 after the maps, wall and
+    CPU seconds), the trace, every method through its registry compute(), the mixing ratios."""
+    import resource
+    import warnings
 
     import torch
     torch.set_num_threads(threads)
     import attnviz
-    from attnviz.trace import encode
-    lm = attnviz.load_model(spec)
+    from attnviz.methods import METHODS
+    from attnviz.methods import mixing as _mixing
+    from attnviz.trace import encode, trace
+    # device= only when asked, so that this script also times an older checkout (the "before" figures)
+    lm = attnviz.load_model(spec, **({} if device == "cpu" else {"device": device}))
+    if not hasattr(lm, "device"):
+        lm.device = torch.device("cpu")
     ids = lm.tokenizer(PROSE * (1 + n // 60), add_special_tokens=False)["input_ids"]
     text = lm.tokenizer.decode(ids[: n - (2 if lm.task != "causal_lm" else 0)])
     enc = encode(lm, text, max_tokens=100000)
-    fw = []
-    with torch.inference_mode():
-        for _ in range(3):
-            t = time.perf_counter()
-            lm.model(input_ids=enc.ids)
-            fw.append(time.perf_counter() - t)
-    fwd = sorted(fw)[1]
-    import warnings
+    dev_ids = enc.ids.to(lm.device)
+
+    def sync():
+        if lm.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def forwards(k=3):
+        out = []
+        with torch.inference_mode():
+            for _ in range(k):
+                sync()
+                t0 = _clock()
+                lm.model(input_ids=dev_ids)
+                sync()
+                out.append(_since(t0))
+        return out
+
+    forwards(1)  # warm-up
+    fw = forwards()
+    timings, cpu = {}, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        a = attnviz.analyze(lm, text, methods=methods, max_tokens=100000, mixing=True)
-        total = time.perf_counter() - t
-    return dict(spec=spec, tokens=len(a.tokens), forward=fwd, total=total, timings=a.timings,
+        t0 = _clock()
+        tr = trace(lm, enc)
+        sync()
+        timings["trace"], cpu["trace"] = _since(t0)
+        for m in methods:
+            t0 = _clock()
+            METHODS[m].compute(tr, progress=None)
+            sync()
+            timings[m], cpu[m] = _since(t0)
+        t0 = _clock()
+        _mixing.ratios(tr)
+        sync()
+        timings["mixing"], cpu["mixing"] = _since(t0)
+    fw += forwards()
+    fwd = min(f[0] for f in fw)
+    fwd_cpu = min(f[1] for f in fw)
+    return dict(spec=spec, tokens=len(enc.tokens), forward=fwd, forward_cpu=fwd_cpu,
+                total=sum(timings.values()), total_cpu=sum(cpu.values()), timings=timings, cpu=cpu,
                 peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
-                load=os.getloadavg()[0], threads=threads)
+                gpu_peak_gb=(torch.cuda.max_memory_allocated() / 2 ** 30 if lm.device.type == "cuda" else None),
+                load=os.getloadavg()[0], threads=threads, device=str(lm.device))
 
 
 def main(argv=None) -> int:
@@ -74,27 +125,36 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[32, 128, 512])
     ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument("--json", help="also append each result as a JSON line to this file")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     methods = args.methods.split(",")
     if args.one:
         spec, n = args.one.rsplit("@", 1)
-        print(json.dumps(one(spec, int(n), methods, args.threads)))
+        print(json.dumps(one(spec, int(n), methods, args.threads, args.device)))
         return 0
     specs = args.model or ["pkg:smollm2", bert_base("/tmp/attnviz_bench_bert_base")]
-    print(f"{'model':<32} {'tokens':>6} {'forward s':>9} {'all maps s':>10} {'ratio':>7} {'peak GB':>7} {'load':>5}  per method (s)")
+    print("ratio = seconds / one forward pass in the same process (wall clock; in brackets: CPU seconds / the "
+          "forward's CPU seconds, which the other processes on the machine disturb less)")
+    print(f"{'model':<26} {'tokens':>6} {'forward s':>9} {'all maps':>9} {'peak GB':>7} {'load':>5}  per map: ratio [CPU ratio]")
     for spec in specs:
         for n in args.tokens:
             r = subprocess.run([sys.executable, __file__, "--one", f"{spec}@{n}", "--methods", args.methods,
-                                "--threads", str(args.threads)], capture_output=True, text=True)
+                                "--threads", str(args.threads), "--device", args.device], capture_output=True, text=True)
             if r.returncode != 0:
-                print(f"{spec:<32} {n:>6}  failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+                print(f"{spec:<26} {n:>6}  failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
                 continue
             d = json.loads(r.stdout.strip().splitlines()[-1])
-            per = ", ".join(f"{k} {v:.2f}" for k, v in d["timings"].items() if v >= 0.01)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(d) + "\n")
+            fw, fc = d["forward"], max(d["forward_cpu"], 1e-9)
+            per = ", ".join(f"{k} {v / fw:.1f}x [{d['cpu'][k] / fc:.1f}x]" for k, v in d["timings"].items())
             name = "BERT-base size (random)" if spec.startswith("/tmp/attnviz_bench_bert") else spec
-            print(f"{name:<32} {d['tokens']:>6} {d['forward']:>9.3f} {d['total']:>10.2f} {d['total'] / d['forward']:>6.1f}x "
-                  f"{d['peak_gb']:>7.2f} {d['load']:>5.1f}  {per}", flush=True)
+            mem = d["peak_gb"] if d.get("gpu_peak_gb") is None else d["gpu_peak_gb"]
+            print(f"{name:<26} {d['tokens']:>6} {fw:>9.3f} {d['total'] / fw:>8.1f}x {mem:>7.2f} {d['load']:>5.1f}  {per}",
+                  flush=True)
     return 0
 
 

@@ -28,40 +28,23 @@ Pre-LN models have no norm after the second residual: atb_ff_res_ln equals atb_f
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 import torch
 
-from ..models.forward import norm_stats
+from .. import linear
+from ..linear import RULES  # noqa: F401 - re-exported
 from . import attn_res_ln
 from .base import Map
 
 DEFAULT_STEPS = 32
-RULES = ("gauss", "midpoint")
 NAMES = ("atb_ff", "atb_ff_res", "atb_ff_res_ln")
 RATIO_NAMES = {"atb_ff": "AtbFf-N", "atb_ff_res": "AtbFfRes-N", "atb_ff_res_ln": "AtbFfResLn-N"}
 _CHUNK_BYTES = 64 * 2 ** 20
 
 
-@lru_cache(maxsize=64)
-def _nodes(steps: int, rule: str):
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
-    if rule == "gauss":
-        x, w = np.polynomial.legendre.leggauss(int(steps))
-        t, w = (x + 1) / 2, w / 2
-    elif rule == "midpoint":
-        t, w = (np.arange(steps) + 0.5) / steps, np.full(steps, 1.0 / steps)
-    else:
-        raise ValueError(f"unknown quadrature rule '{rule}'; known: {RULES}")
-    return t, w
-
-
 def ig_nodes(steps: int, rule: str = "gauss"):
     """-> (t [steps], w [steps]) float64 quadrature nodes on [0, 1] whose weights sum to 1."""
-    t, w = _nodes(int(steps), rule)
-    return torch.from_numpy(t.copy()), torch.from_numpy(w.copy())
+    return linear.quadrature(int(steps), rule)
 
 
 def _value_and_grad(act, x: torch.Tensor):
@@ -75,8 +58,7 @@ def _value_and_grad(act, x: torch.Tensor):
 
 def ig_average(act, c: torch.Tensor, S: torch.Tensor, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> torch.Tensor:
     """c, S [..., I] -> ∫_0^1 act'(c + t S) dt [..., I] by quadrature (elementwise activation)."""
-    t, w = ig_nodes(steps, rule)
-    t, w = t.to(S.dtype), w.to(S.dtype)
+    t, w = linear.quadrature(steps, rule, dtype=S.dtype, device=S.device)
     pts = c.unsqueeze(0) + t.view(-1, *[1] * S.dim()) * S.unsqueeze(0)
     _, g = _value_and_grad(act, pts)
     return torch.einsum("k,k...->...", w, g)
@@ -85,8 +67,7 @@ def ig_average(act, c: torch.Tensor, S: torch.Tensor, steps: int = DEFAULT_STEPS
 def ig_gated(act, cg: torch.Tensor, Sg: torch.Tensor, c: torch.Tensor, S: torch.Tensor,
              steps: int = DEFAULT_STEPS, rule: str = "gauss"):
     """[..., I] each -> (∫ act'(a_t) ⊙ b_t dt, ∫ act(a_t) dt) with a_t = cg + t Sg, b_t = c + t S."""
-    t, w = ig_nodes(steps, rule)
-    t, w = t.to(S.dtype), w.to(S.dtype)
+    t, w = linear.quadrature(steps, rule, dtype=S.dtype, device=S.device)
     shape = (-1, *[1] * S.dim())
     a = cg.unsqueeze(0) + t.view(shape) * Sg.unsqueeze(0)
     b = c.unsqueeze(0) + t.view(shape) * S.unsqueeze(0)
@@ -99,89 +80,96 @@ def _lin(x, W, b=None):
     return y if b is None else y + b
 
 
-def _distribute(parts, rem, nrm, real, beta=True):
-    """Norm applied linearly with the real statistics of `real` [n,d]: parts [n,n,d], rem [n,d]."""
-    _, scale = norm_stats(real, nrm)
-    gamma = nrm.weight.double()
-    if nrm.kind == "layernorm":
-        parts = parts - parts.mean(-1, keepdim=True)
-        rem = rem - rem.mean(-1, keepdim=True)
-    n = parts.shape[0]
-    parts = parts * gamma / scale.reshape(n, 1, 1)
-    rem = rem * gamma / scale.reshape(n, 1)
-    if beta and nrm.bias is not None:
-        rem = rem + nrm.bias.double()
-    return parts, rem
-
-
 def _rel_err(total: torch.Tensor, real: torch.Tensor) -> float:
     """max_i ||total_i - real_i|| / ||real_i||."""
     return float(((total - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
 
 
-def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
-    """Layer l (0-based) -> {scope: (parts [n,n,d], remainder [n,d], real [n,d])} for the three scopes
-    ("atb_ff", "atb_ff_res", "atb_ff_res_ln"), float64; Σ_j parts + remainder ≈ real (IG error)."""
+def _setup(trace, l: int, steps: int, rule: str) -> dict:
+    """What both the explicit parts and the fused per-layer pass need for layer l: the integrated-
+    gradients coefficients, the FFN's first matrices applied to the per-head source vectors, the
+    remainder's FFN output.
+
+    u_ij is linear in z_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i (through `nrm` with the real statistics
+    s_i of resid_i: post-LN norm1, whose output is the FFN input; pre-LN norm2), so for the FFN's
+    first matrices W: u_ij W = (Σ_h α^h_ij P_hj + δ_ij X_i) / s_i with P_hj = (γ ⊙ c(f^h(x_j))) W and
+    X_i = (γ ⊙ c(x_i)) W: H n d I + H n² I operations instead of n² d I. The products run in the
+    trace's dtype (float32 by default, as the trace itself); everything else is float64."""
     w = trace.weights[l].to(torch.float64)
     r = trace.layers[l]
-    A, rA = attn_res_ln.parts(trace, l)  # post-LN: sum to LN1 output; pre-LN: to resid
-    n, _, d = A.shape
-    if w.placement == "post":
-        u, ur = A, rA
-    else:
-        u, ur = _distribute(A, rA, w.norm2, r["resid"].double())
+    nrm = w.norm1 if w.placement == "post" else w.norm2
+    s = linear.norm_scale(r["resid"].double(), nrm)  # [n]
+    x = r["x"].double()
+    a64, fx64 = r["probs"].double(), trace.fx[l].double()
+    zsum = torch.einsum("hij,hjd->id", a64, fx64) + x  # Σ_j z_ij
+    bo = x.new_zeros(x.shape[-1]) if w.bo is None else w.bo
+    usum = linear.distribute(zsum, nrm, s)
+    ur = linear.distribute(bo.expand_as(x), nrm, s)
+    if nrm.bias is not None:
+        ur = ur + nrm.bias
     act = w.activation()
-    usum = u.sum(1)
-    I = w.w1.shape[1]
     S, c = usum @ w.w1, _lin(ur, w.w1, w.b1)
     gated = w.w_gate is not None
     if gated:
         Sg, cg = usum @ w.w_gate, ur @ w.w_gate
-        Ag, Bu = ig_gated(act, cg, Sg, c, S, steps, rule)
+        coef = list(ig_gated(act, cg, Sg, c, S, steps, rule))
         base = act(cg) * c
     else:
-        Au = ig_average(act, c, S, steps, rule)
+        coef = [ig_average(act, c, S, steps, rule)]
         base = act(c)
-    # u_ij W for the FFN's first matrices without forming u_ij W on [n, n, d] x [d, I]: u_ij is linear in
-    # z_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i (through the norm with the real statistics of resid_i), so
-    # u_ij W = (Σ_h α^h_ij P_hj + δ_ij X_i) / s_i with P_hj = (c(f^h(x_j)) ⊙ γ) W and X_i = (c(x_i) ⊙ γ) W:
-    # H n d I + H n² I instead of n² d I operations. The products run in the trace's dtype (float32 by
-    # default, as the trace itself); everything else is float64.
     cd = trace.dtype
-    W2 = w.w2.to(cd)
     mats = [w.w_gate.to(cd), w.w1.to(cd)] if gated else [w.w1.to(cd)]
-    nrm = w.norm1 if w.placement == "post" else w.norm2
-    _, scale = norm_stats(r["resid"].double(), nrm)
-    gamma = nrm.weight.double()
-    cen = (lambda v: v - v.mean(-1, keepdim=True)) if nrm.kind == "layernorm" else (lambda v: v)
-    fx = (cen(trace.fx[l].double()) * gamma).to(cd)  # [H, n, d]
-    xg = (cen(r["x"].double()) * gamma).to(cd)  # [n, d]
-    P = [fx @ M for M in mats]  # [H, n, I] each
-    X = [xg @ M for M in mats]  # [n, I]
-    alpha = r["probs"].to(cd)
-    inv_s = (1.0 / scale.reshape(n)).to(cd)
-    coef = [Ag, Bu] if gated else [Au]
+    fxg = linear.transform(fx64, nrm).to(cd)  # [H, n, d]
+    xg = linear.transform(x, nrm).to(cd)  # [n, d]
+    # the receiver's factor 1/s_i ⊙ ∫... folded into one [n, I] coefficient per first matrix
+    coef = [(cm / s.reshape(-1, 1)).to(cd) for cm in coef]
+    return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r["probs"].to(cd),
+                P=[fxg @ M for M in mats], X=[xg @ M for M in mats], coef=coef, W2=w.w2.to(cd),
+                rF=_lin(base, w.w2, w.b2), bo=bo, I=w.w1.shape[1], gated=gated)
+
+
+def _rows(n: int, I: int, gated: bool) -> int:
+    return max(1, int(_CHUNK_BYTES // (8 * n * I * (2 if gated else 1))))
+
+
+def _ffn_chunk(st: dict, sl: slice, cols: int) -> torch.Tensor:
+    """F_ij [rows, cols, d] (float64) for receivers sl and sources j < cols."""
+    alpha = st["alpha"]
+    idx = torch.arange(sl.start, sl.stop, device=alpha.device)
+    h = None
+    for Pm, Xm, cm in zip(st["P"], st["X"], st["coef"]):
+        uw = torch.einsum("hij,hjk->ijk", alpha[:, sl, :cols], Pm[:, :cols])  # [rows, cols, I]
+        uw[idx - sl.start, idx] += Xm[sl]
+        uw.mul_(cm[sl, None])
+        h = uw if h is None else h.add_(uw)
+    return (h @ st["W2"]).double()
+
+
+def _real_out(trace, l: int, w) -> torch.Tensor:
+    last_pre = w.placement == "pre" and l == trace.n_layers - 1
+    return (trace.layers[l]["out"] if last_pre else trace.hidden_states[l + 1]).double()
+
+
+def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
+    """Layer l (0-based) -> {scope: (parts [n,n,d], remainder [n,d], real [n,d])} for the three scopes
+    ("atb_ff", "atb_ff_res", "atb_ff_res_ln"), float64; Σ_j parts + remainder ≈ real (IG error).
+    The explicit vectors ([n, n, d] each); `analyse` computes the same maps in one fused pass."""
+    st = _setup(trace, l, steps, rule)
+    w, r = st["w"], st["r"]
+    A, rA = attn_res_ln.parts(trace, l)  # post-LN: sum to LN1 output; pre-LN: to resid
+    n = A.shape[0]
     F = torch.empty_like(A)
-    rows = max(1, int(_CHUNK_BYTES // (8 * n * I * (2 if gated else 1))))
+    rows = _rows(n, st["I"], st["gated"])
     for s0 in range(0, n, rows):
         sl = slice(s0, min(n, s0 + rows))
-        idx = torch.arange(sl.start, sl.stop)
-        h = None
-        for Pm, Xm, cm in zip(P, X, coef):
-            uw = torch.einsum("hij,hjk->ijk", alpha[:, sl], Pm)  # [rows, n, I]
-            uw[idx - sl.start, idx] += Xm[sl]
-            term = uw * (inv_s[sl, None, None] * cm[sl, None].to(cd))
-            h = term if h is None else h + term
-        F[sl] = (h @ W2).double()
-    rF = _lin(base, w.w2, w.b2)
+        F[sl] = _ffn_chunk(st, sl, n)
+    rF = st["rF"]
     out = {"atb_ff": (F, rF, r["ffn_out"].double())}
     R, rR = A + F, rA + rF
-    L = trace.n_layers
-    last_pre = w.placement == "pre" and l == L - 1
-    real_out = r["out"].double() if last_pre else trace.hidden_states[l + 1].double()
+    real_out = _real_out(trace, l, w)
     if w.placement == "post":
         out["atb_ff_res"] = (R, rR, r["resid2"].double())
-        P, rP = _distribute(R, rR, w.norm2, r["resid2"].double())
+        P, rP = linear.distribute_norm(R, rR, w.norm2, r["resid2"].double())
         out["atb_ff_res_ln"] = (P, rP, real_out)
     else:
         out["atb_ff_res"] = (R, rR, real_out)
@@ -189,14 +177,53 @@ def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") 
     return out
 
 
-def _ratio(vecs):
-    """vecs [n,n,d] -> mixing ratio [n] (Kobayashi 2021: norms of summed vectors)."""
-    n = vecs.shape[0]
-    idx = torch.arange(n)
-    pres = vecs[idx, idx]
-    mix = vecs.sum(1) - pres
-    m, p = mix.norm(dim=-1), pres.norm(dim=-1)
-    return (m / (m + p)).numpy()
+def layer_summary(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
+    """Layer l -> {scope: (norms [n,n], Σ_j parts [n,d], parts_ii [n,d], remainder [n,d], real [n,d])}:
+    the same numbers as `layer_parts`, computed in receiver chunks without keeping any [n, n, d]
+    tensor; causal models skip the sources j > i of each chunk (their parts are exactly 0)."""
+    st = _setup(trace, l, steps, rule)
+    w, r = st["w"], st["r"]
+    n, d = st["x"].shape
+    dev = st["x"].device
+    post = w.placement == "post"
+    scopes = NAMES if post else NAMES[:2]
+    norms = {k: torch.zeros(n, n, dtype=torch.float64, device=dev) for k in scopes}
+    sums = {k: torch.zeros(n, d, dtype=torch.float64, device=dev) for k in scopes}
+    diag = {k: torch.zeros(n, d, dtype=torch.float64, device=dev) for k in scopes}
+    if post:
+        s1, s2 = attn_res_ln.ln_scale(trace, l), linear.norm_scale(r["resid2"].double(), w.norm2)
+    rows = _rows(n, st["I"], st["gated"])
+    for s0 in range(0, n, rows):
+        sl = slice(s0, min(n, s0 + rows))
+        cols = sl.stop if w.causal else n
+        idx = torch.arange(sl.start, sl.stop, device=dev)
+        F = _ffn_chunk(st, sl, cols)
+        z = torch.einsum("hij,hjd->ijd", st["a64"][:, sl, :cols], st["fx64"][:, :cols])
+        z[idx - sl.start, idx] += st["x"][sl]
+        A = linear.distribute(z, w.norm1, s1[sl]) if post else z
+        vecs = {"atb_ff": F, "atb_ff_res": A.add_(F)}
+        if post:
+            vecs["atb_ff_res_ln"] = linear.distribute(vecs["atb_ff_res"], w.norm2, s2[sl])
+        for k, v in vecs.items():
+            norms[k][sl, :cols] = v.norm(dim=-1)
+            sums[k][sl] = v.sum(1)
+            diag[k][sl] = v[idx - sl.start, idx]
+    rA = st["bo"].expand(n, -1)
+    if post:
+        rA = linear.distribute(rA, w.norm1, s1)
+        if w.norm1.bias is not None:
+            rA = rA + w.norm1.bias
+    rF = st["rF"]
+    real_out = _real_out(trace, l, w)
+    out = {"atb_ff": (rF, r["ffn_out"].double()),
+           "atb_ff_res": (rA + rF, r["resid2"].double() if post else real_out)}
+    if post:
+        rP = linear.distribute(rA + rF, w.norm2, s2) + (0 if w.norm2.bias is None else w.norm2.bias)
+        out["atb_ff_res_ln"] = (rP, real_out)
+    res = {k: (norms[k], sums[k], diag[k]) + out[k] for k in scopes}
+    if not post:
+        res["atb_ff_res_ln"] = res["atb_ff_res"]
+    return res
 
 
 def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=None) -> dict:
@@ -212,7 +239,7 @@ def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=Non
     cache = trace.__dict__.setdefault("_atb_ff_cache", {})
     if key in cache:
         return cache[key]
-    ig_nodes(steps, rule)  # validates
+    linear.quadrature(steps, rule)  # validates
     maps = {k: [] for k in NAMES}
     errs = {k: [] for k in NAMES}
     rem_norm = {k: [] for k in NAMES}
@@ -220,13 +247,13 @@ def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=Non
     for l in range(trace.n_layers):
         if progress:
             progress(l / trace.n_layers)
-        sc = layer_parts(trace, l, steps, rule)
+        sc = layer_summary(trace, l, steps, rule)
         for k in NAMES:
-            P, rem, real = sc[k]
-            maps[k].append(P.norm(dim=-1).numpy())
-            errs[k].append(_rel_err(P.sum(1) + rem, real))
-            rem_norm[k].append(rem.norm(dim=-1).numpy())
-            ratios[k].append(_ratio(P))
+            norms, total, pres, rem, real = sc[k]
+            maps[k].append(norms.cpu().numpy())
+            errs[k].append(_rel_err(total + rem, real))
+            rem_norm[k].append(rem.norm(dim=-1).cpu().numpy())
+            ratios[k].append(linear.mixing_ratio(total - pres, pres))
     pre = trace.placement != "post"
     targets = {
         "atb_ff": "the recomputed FFN output (ffn_out)",

@@ -12,22 +12,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import linear
 from .base import Map, summed_norms
 
 
-def _ln_parts(trace, l: int):
-    """-> (center-and-scale function g_i for vectors [..., n?, d], row scale s [n], gamma, beta)."""
-    w = trace.weights[l]
-    r = trace.layers[l]
-    y = r["resid"].double()
-    s = torch.sqrt(((y - y.mean(-1, keepdim=True)) ** 2).mean(-1) + w.norm1.eps)
-    gamma = w.norm1.weight.double()
-    beta = None if w.norm1.bias is None else w.norm1.bias.double()
-    return s, gamma, beta
-
-
-def _center(v):
-    return v - v.mean(-1, keepdim=True)
+def ln_scale(trace, l: int) -> torch.Tensor:
+    """Post-LN layer l -> s [n] (float64): LN1's denominator for the real pre-LN vector resid_i."""
+    return linear.norm_scale(trace.layers[l]["resid"].double(), trace.weights[l].norm1)
 
 
 def compute(trace, *, progress=None) -> Map:
@@ -36,10 +27,10 @@ def compute(trace, *, progress=None) -> Map:
         return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False, "note": "pre-LN: equals attn_res"})
     layer = []
     for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
-        s, gamma, _ = _ln_parts(trace, l)
-        u = _center(fx.double()) * gamma
-        xu = _center(r["x"].double()) * gamma
-        layer.append(summed_norms(r["probs"], u, diag_add=xu, row_scale=s))
+        nrm = trace.weights[l].norm1
+        # ||g_i(z_ij)|| = ||Σ_h α^h_ij γ⊙c(f^h(x_j)) + δ_ij γ⊙c(x_i)|| / s_i: g_i is linear
+        layer.append(summed_norms(r["probs"], linear.transform(fx.double(), nrm),
+                                  diag_add=linear.transform(r["x"].double(), nrm), row_scale=ln_scale(trace, l)))
     return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False})
 
 
@@ -55,14 +46,10 @@ def parts(trace, l: int):
     fx = trace.fx[l].double()
     z = torch.einsum("hij,hjd->ijd", a, fx)
     n = z.shape[0]
-    idx = torch.arange(n)
+    idx = torch.arange(n, device=z.device)
     z[idx, idx] += r["x"].double()
-    bo = torch.zeros(z.shape[-1], dtype=torch.float64) if w.bo is None else w.bo.double()
+    bo = z.new_zeros(z.shape[-1]) if w.bo is None else w.bo.double()
+    rem = bo.expand(n, -1).clone()
     if trace.placement != "post":
-        return z, bo.expand(n, -1).clone()
-    s, gamma, beta = _ln_parts(trace, l)
-    g = _center(z) * gamma / s.reshape(n, 1, 1)
-    rem = _center(bo).expand(n, -1) * gamma / s.reshape(n, 1)
-    if beta is not None:
-        rem = rem + beta
-    return g, rem
+        return z, rem
+    return linear.distribute_norm(z, rem, w.norm1, r["resid"].double())

@@ -6,6 +6,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..linear import summed_norms  # noqa: F401 - the methods import it from here
+
 
 @dataclass
 class Map:
@@ -24,29 +26,6 @@ def with_residual(A: np.ndarray) -> np.ndarray:
         raise ValueError(f"expected a head-averaged attention array [L, n, n], got shape {A.shape}")
     R = A + np.eye(A.shape[-1])
     return R / R.sum(-1, keepdims=True)
-
-
-def summed_norms(a, vecs, diag_add=None, row_scale=None) -> np.ndarray:
-    """a [H,n,n] weights, vecs [H,n,d] per-head source vectors -> [n,n] with
-    ||Σ_h a[h,i,j] vecs[h,j] + δ_ij diag_add[i]|| / row_scale[i].
-
-    Off the diagonal the norm comes from each source's head Gram matrix (no [H,n,n,d] tensor); the
-    diagonal is computed as a vector. Everything in float64.
-    """
-    import torch
-
-    a = a.double()
-    vecs = vecs.double()
-    G = torch.einsum("hjd,gjd->jhg", vecs, vecs)
-    sq = torch.einsum("hij,jhg,gij->ij", a, G, a).clamp_min(0).sqrt()
-    idx = torch.arange(a.shape[1])
-    diag_vec = torch.einsum("hi,hid->id", a[:, idx, idx], vecs)
-    if diag_add is not None:
-        diag_vec = diag_vec + diag_add.double()
-    sq[idx, idx] = diag_vec.norm(dim=-1)
-    if row_scale is not None:
-        sq = sq / row_scale.double().reshape(-1, 1)
-    return sq.numpy()
 
 
 def chain(C: np.ndarray) -> np.ndarray:

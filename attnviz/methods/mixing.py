@@ -8,14 +8,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .attn_res_ln import _center, _ln_parts
+from ..linear import distribute, mixing_ratio as _ratio
+from .attn_res_ln import ln_scale
 
 NAMES = ("Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N", "AttnResLn-N")
-
-
-def _ratio(mix, pres):
-    m, p = mix.norm(dim=-1), pres.norm(dim=-1)
-    return (m / (m + p)).numpy()
 
 
 def ratios(trace) -> dict:
@@ -25,8 +21,8 @@ def ratios(trace) -> dict:
         a = r["probs"].double()
         fx = fx.double()
         n = a.shape[-1]
-        idx = torch.arange(n)
-        abar_diag = a.mean(0)[idx, idx].numpy()
+        idx = torch.arange(n, device=a.device)
+        abar_diag = a.mean(0)[idx, idx].cpu().numpy()
         total = torch.einsum("hij,hjd->id", a, fx)  # Σ_j Σ_h α f (no b_O)
         pres_attn = torch.einsum("hi,hid->id", a[:, idx, idx], fx)
         mix = total - pres_attn
@@ -36,9 +32,8 @@ def ratios(trace) -> dict:
         out["Attn-N"].append(_ratio(mix, pres_attn))
         out["AttnRes-N"].append(_ratio(mix, pres_attn + x))
         if trace.placement == "post":
-            s, gamma, _ = _ln_parts(trace, l)
-            g = lambda v: _center(v) * gamma / s.reshape(-1, 1)  # noqa: E731
-            out["AttnResLn-N"].append(_ratio(g(mix), g(pres_attn + x)))
+            nrm, s = trace.weights[l].norm1, ln_scale(trace, l)
+            out["AttnResLn-N"].append(_ratio(distribute(mix, nrm, s), distribute(pres_attn + x, nrm, s)))
         else:
             out["AttnResLn-N"].append(out["AttnRes-N"][-1])
     return {k: np.stack(v) for k, v in out.items()}

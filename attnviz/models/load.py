@@ -69,6 +69,13 @@ class LoadedModel:
         return self.model.config
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights live; the trace and every method compute there."""
+        for p in self.model.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    @property
     def family(self) -> str:
         return self.model.config.model_type
 
@@ -446,8 +453,35 @@ def _from_gguf(source: str, spec: str):
     return model, tok, note
 
 
-def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool = True) -> LoadedModel:
-    """An already loaded eager Hugging Face model + tokenizer -> LoadedModel (with the self-check)."""
+def resolve_device(device=None) -> torch.device:
+    """None | "cpu" | "cuda" | "cuda:N" | torch.device -> torch.device; ModelLoadError with a one-line
+    message for a device this machine does not have."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = device if isinstance(device, torch.device) else torch.device(str(device).strip().lower())
+    except (RuntimeError, TypeError, ValueError):
+        raise ModelLoadError(f"unknown device '{device}': use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelLoadError(f"device '{device}' was asked for, but this PyTorch sees no CUDA GPU "
+                                 "(torch.cuda.is_available() is False): use device='cpu' or a machine with a GPU "
+                                 "and a CUDA build of PyTorch")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ModelLoadError(f"device '{device}' does not exist: this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s) (cuda:0 ..)")
+    elif dev.type != "cpu":
+        raise ModelLoadError(f"device '{device}' is not supported: use 'cpu' or 'cuda'")
+    return dev
+
+
+def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool = True,
+         device=None) -> LoadedModel:
+    """An already loaded eager Hugging Face model + tokenizer -> LoadedModel (with the self-check, run
+    on the model's device). device: None keeps the model where it is; "cpu" | "cuda" | torch.device
+    moves it there first."""
+    if device is not None:
+        model = model.to(resolve_device(device))
     if getattr(model.config, "_attn_implementation", "eager") not in ("eager", None):
         model.set_attn_implementation("eager")
     model.eval()
@@ -467,9 +501,11 @@ def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool =
     return lm
 
 
-def load_model(spec) -> LoadedModel:
+def load_model(spec, device="cpu") -> LoadedModel:
     """'builtin:NAME' | 'pkg:minilm' | 'pkg:smollm2' | local folder | .gguf file | hub id (str or
-    os.PathLike) -> LoadedModel (self-checked)."""
+    os.PathLike) -> LoadedModel (self-checked on `device`: "cpu" (default) | "cuda" | "cuda:N" |
+    torch.device; the trace and every method then compute there, results come back as numpy)."""
+    dev = resolve_device(device)  # before any loading: a missing GPU is said at once
     kind, source = resolve(spec)
     spec = os.fspath(spec) if isinstance(spec, os.PathLike) else spec.strip()
     note = None
@@ -477,7 +513,7 @@ def load_model(spec) -> LoadedModel:
         model, tok, note = _from_gguf(source, spec)
     else:
         model, tok = _from_pretrained(kind, source, spec)
-    lm = wrap(model, tok, spec=spec, source=source)
+    lm = wrap(model, tok, spec=spec, source=source, device=dev)
     if note:
         lm.load_notes.append(note)
     return lm
