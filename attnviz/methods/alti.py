@@ -45,7 +45,7 @@ def layer_contributions(trace, l: int):
     dist = torch.cdist(y[:, None, :], T, p=1)[:, 0, :]  # ||y_i - T_i(x_j)||_1  [n, n]
     c = (y.abs().sum(-1, keepdim=True) - dist).clamp_min(0)
     c[~(T != 0).any(-1)] = 0  # a zero vector (causal j > i) contributes exactly 0, whatever the rounding
-    c = c.numpy()
+    c = c.cpu().numpy()
     return row_normalise(c), err, T, y
 
 

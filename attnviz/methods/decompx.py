@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..models.forward import norm_stats
+from .. import linear
 from .base import Map
 
 EPS = 1e-12  # the authors' guard in the absdot weights and the zero-origin slope
@@ -47,12 +47,12 @@ class Pairs:
     """The (receiver i, input token k) pairs that can be nonzero: all of them, or k <= i for causal
     models. Parts are stored packed as [P, e] rows; rows[p] = i, cols[p] = k."""
 
-    def __init__(self, n: int, causal: bool):
+    def __init__(self, n: int, causal: bool, device=None):
         if causal:
-            self.rows, self.cols = torch.tril_indices(n, n)
+            self.rows, self.cols = torch.tril_indices(n, n, device=device)
         else:
-            self.rows = torch.arange(n).repeat_interleave(n)
-            self.cols = torch.arange(n).repeat(n)
+            self.rows = torch.arange(n, device=device).repeat_interleave(n)
+            self.cols = torch.arange(n, device=device).repeat(n)
         self.n = n
 
     def dense(self, packed: torch.Tensor) -> torch.Tensor:
@@ -84,10 +84,7 @@ def absdot(parts: torch.Tensor, bias: torch.Tensor, pairs: Pairs = None) -> torc
 
 def distribute_norm(parts: torch.Tensor, nrm, real: torch.Tensor, pairs: Pairs) -> torch.Tensor:
     """A norm applied to packed parts [P, d] with the real statistics of real [n, d]; β split by absdot."""
-    _, scale = norm_stats(real, nrm)
-    if nrm.kind == "layernorm":
-        parts = parts - parts.mean(-1, keepdim=True)
-    out = parts * nrm.weight / scale[pairs.rows]
+    out = linear.distribute(parts, nrm, linear.norm_scale(real, nrm), rows=pairs.rows)
     return out if nrm.bias is None else absdot(out, nrm.bias, pairs)
 
 
@@ -117,7 +114,7 @@ def _value_bias_out(w) -> torch.Tensor:
     """W_O b_V (+ b_O): the attention output of the value bias (rows of α sum to 1)."""
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
     d = w.wo.shape[1]
-    b = torch.zeros(d, dtype=w.wo.dtype) if w.bo is None else w.bo.clone()
+    b = w.wo.new_zeros(d) if w.bo is None else w.bo.clone()
     if w.bv is not None:
         bv = w.bv.reshape(Hkv, dh).repeat_interleave(H // Hkv, dim=0).reshape(-1)
         b = b + bv @ w.wo
@@ -131,7 +128,7 @@ def layer_step(trace, l: int, E, pairs: Pairs = None):
     r = trace.layers[l]
     x = r["x"]
     n, d = x.shape
-    pairs = pairs or Pairs(n, w.causal)
+    pairs = pairs or Pairs(n, w.causal, x.device)
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
     probs = r["probs"]
     if E is None:
@@ -160,16 +157,16 @@ def decompose(trace, progress=None):
     """Trace -> (norms [L, n, n] of ||E^l_ik||, completeness [L], last layer's dense E [n, n, d])."""
     L = trace.n_layers
     n = len(trace.tokens)
-    pairs = Pairs(n, bool(trace.weights[0].causal)) if L else None
+    pairs = Pairs(n, bool(trace.weights[0].causal), trace.layers[0]["x"].device) if L else None
     norms, errs = [], []
     E = None
     for l in range(L):
         if progress:
             progress(l / L)
         E = layer_step(trace, l, E, pairs)
-        nm = torch.zeros(n, n, dtype=torch.float64)
+        nm = torch.zeros(n, n, dtype=torch.float64, device=E.device)
         nm[pairs.rows, pairs.cols] = E.double().norm(dim=-1)
-        norms.append(nm.numpy())
+        norms.append(nm.cpu().numpy())
         last_pre = trace.placement != "post" and l == L - 1
         real = (trace.layers[l]["out"] if last_pre else trace.hidden_states[l + 1]).double()
         tot = pairs.sum_rows(E.double())

@@ -25,31 +25,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models.forward import norm_stats
+from .. import linear
 from . import attn_res_ln
-from .base import Map, per_layer
-
-
-def _center(v):
-    return v - v.mean(-1, keepdim=True)
+from .base import Map, per_layer, summed_norms
 
 
 def layer_norms(trace, l: int) -> np.ndarray:
-    """Layer l (0-based) -> N [n, n] raw norms (receiver i, source j)."""
-    T, _ = attn_res_ln.parts(trace, l)  # post-LN: γ1 c(z)/s1 (no b_O, β1); pre-LN: z (no b_O)
-    if trace.placement != "post":
-        return T.norm(dim=-1).numpy()
-    w = trace.weights[l]
+    """Layer l (0-based) -> N [n, n] raw norms (receiver i, source j).
+
+    Post-LN: γ2 ⊙ c(γ1 ⊙ c(z_ij) / s1_i) / s2_i is linear in z_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i,
+    so the norms come from the transformed head vectors (linear.summed_norms, no [n, n, d] tensor).
+    Pre-LN: ||z_ij||."""
     r = trace.layers[l]
-    _, s2 = norm_stats(r["resid2"].double(), _norm64(w.norm2))
-    P = _center(T) * w.norm2.weight.double() / s2.reshape(-1, 1, 1)
-    return P.norm(dim=-1).numpy()
+    if trace.placement != "post":
+        return summed_norms(r["probs"], trace.fx[l], diag_add=r["x"])
+    w = trace.weights[l]
 
+    def g(v):
+        return linear.transform(linear.transform(v.double(), w.norm1), w.norm2)
 
-def _norm64(nrm):
-    from dataclasses import replace
-
-    return replace(nrm, weight=nrm.weight.double(), bias=None if nrm.bias is None else nrm.bias.double())
+    s = attn_res_ln.ln_scale(trace, l) * linear.norm_scale(r["resid2"].double(), w.norm2)
+    return summed_norms(r["probs"], g(trace.fx[l]), diag_add=g(r["x"]), row_scale=s)
 
 
 def compute(trace, *, progress=None) -> Map:

@@ -50,16 +50,17 @@ def layer_scores(trace, l: int) -> np.ndarray:
     probs, fx = r["probs"], trace.fx[l]  # [H,n,n], [H,n,d]
     n, d = x.shape
     cd = x.dtype
+    dev = x.device
     if w.causal:
-        ii, jj = torch.tril_indices(n, n)
+        ii, jj = torch.tril_indices(n, n, device=dev)
     else:
-        ii, jj = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        ii, jj = torch.meshgrid(torch.arange(n, device=dev), torch.arange(n, device=dev), indexing="ij")
         ii, jj = ii.reshape(-1), jj.reshape(-1)
     wc = w.to(cd) if w.wq.dtype != cd else w
     I = w.w1.shape[1]
     per_pair = 8 * (d * 8 + I * 3)
     step = max(1, int(_CHUNK_BYTES // per_pair))
-    S = torch.zeros(n, n, dtype=torch.float64)
+    S = torch.zeros(n, n, dtype=torch.float64, device=dev)
     for s in range(0, len(ii), step):
         i, j = ii[s:s + step], jj[s:s + step]
         # attention output of receiver i with v_j zeroed in every head
@@ -67,7 +68,7 @@ def layer_scores(trace, l: int) -> np.ndarray:
         ao = attn_out[i] - delta
         new = after_attention(wc, x[i].unsqueeze(0), ao.unsqueeze(0))["out"][0]
         S[i, j] = _cos_dist(new, out[i])
-    return S.numpy()
+    return S.cpu().numpy()
 
 
 def compute(trace, *, progress=None) -> Map:
