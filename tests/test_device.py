@@ -1,0 +1,85 @@
+"""load_model(..., device=): CPU by default, the self-check on the device, every method computing on
+the model's device with numpy results; a clear error for a device this machine does not have. The
+CUDA comparison runs only where torch.cuda.is_available()."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.errors import AttnvizError, ModelLoadError
+from attnviz.methods import METHODS
+from attnviz.models.load import resolve_device, wrap
+from attnviz.trace import trace
+
+from conftest import SENTENCE, tiny_configs
+
+NO_FLOW = [m for m in METHODS if m != "flow"]
+
+
+def test_default_device_is_cpu_and_self_check_runs_there():
+    lm = attnviz.load_model("builtin:agreement")
+    assert lm.device == torch.device("cpu")
+    assert lm.check is not None and lm.check.ok
+
+
+@pytest.mark.parametrize("dev", ["cpu", "CPU", torch.device("cpu")])
+def test_explicit_cpu(dev):
+    lm = attnviz.load_model("builtin:agreement", device=dev)
+    assert lm.device.type == "cpu" and lm.check.ok
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_one_clear_error():
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model("builtin:agreement", device="cuda")
+    msg = str(e.value)
+    assert "cuda" in msg and "torch.cuda.is_available() is False" in msg and "\n" not in msg
+    assert isinstance(e.value, AttnvizError)
+
+
+@pytest.mark.parametrize("bad", ["tpu", "gpu0", "cuda:banana"])
+def test_unknown_device(bad):
+    with pytest.raises(ModelLoadError, match="device"):
+        resolve_device(bad)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_analyze_on_explicit_device_equals_default(tokenizer, family):
+    """wrap(..., device="cpu") computes every map but flow, and equals the default path exactly;
+    results are numpy arrays."""
+    cls, cfg = tiny_configs(tokenizer.vocab_size)[family]
+    torch.manual_seed(0)
+    m1 = cls._from_config(cfg, attn_implementation="eager")
+    lm_default = wrap(m1, tokenizer)
+    torch.manual_seed(0)
+    m2 = cls._from_config(cfg, attn_implementation="eager")
+    lm_dev = wrap(m2, tokenizer, device="cpu")
+    assert lm_dev.device.type == "cpu" and lm_dev.check.ok
+    a = attnviz.analyze(lm_default, SENTENCE, methods=NO_FLOW)
+    b = attnviz.analyze(lm_dev, SENTENCE, methods=NO_FLOW)
+    for k in NO_FLOW:
+        assert isinstance(b.maps[k].layer, np.ndarray)
+        np.testing.assert_array_equal(a.maps[k].layer, b.maps[k].layer)
+    for k in a.mixing:
+        np.testing.assert_array_equal(a.mixing[k], b.mixing[k])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_cuda_equals_cpu(tokenizer, family):
+    """On a GPU: the self-check passes there, the trace lives there, and every map but flow equals the
+    CPU's to float32 tolerance."""
+    cls, cfg = tiny_configs(tokenizer.vocab_size)[family]
+    torch.manual_seed(0)
+    lm_cpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer)
+    torch.manual_seed(0)
+    lm_gpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, device="cuda")
+    assert lm_gpu.device.type == "cuda" and lm_gpu.check.ok, lm_gpu.check.reason
+    assert trace(lm_gpu, SENTENCE).layers[0]["x"].device.type == "cuda"
+    a = attnviz.analyze(lm_cpu, SENTENCE, methods=NO_FLOW)
+    b = attnviz.analyze(lm_gpu, SENTENCE, methods=NO_FLOW)
+    for k in NO_FLOW:
+        scale = max(1.0, float(np.abs(a.maps[k].layer).max()))
+        np.testing.assert_allclose(b.maps[k].layer, a.maps[k].layer, atol=1e-4 * scale)
