@@ -21,8 +21,9 @@ def _long_input(n: int) -> Optional[str]:
     """A note for texts longer than the usual cap: the maps' cost grows with n^2 and faster."""
     if n <= DEFAULT_MAX_TOKENS:
         return None
-    return (f"{n} tokens is more than the usual {DEFAULT_MAX_TOKENS}: the maps cost grows with n^2 (flow and "
-            f"atb_ff faster), about {(n / DEFAULT_MAX_TOKENS) ** 2:.0f}x the time and memory of a "
+    fast = [i.label for i in METHODS.values() if i.cost in ("pairs", "flow")]
+    return (f"{n} tokens is more than the usual {DEFAULT_MAX_TOKENS}: the maps cost grows with n^2 ({', '.join(fast)} "
+            f"faster), about {(n / DEFAULT_MAX_TOKENS) ** 2:.0f}x the time and memory of a "
             f"{DEFAULT_MAX_TOKENS}-token text, which can mean minutes and gigabytes; shorten the text or ask for fewer methods")
 
 
@@ -63,6 +64,28 @@ class Analysis:
         return {k: float(v.mean()) for k, v in self.mixing.items()}
 
 
+def method_options(methods: Sequence[str], options: Optional[dict] = None) -> dict:
+    """{option: value, method: {option: value}} -> {method: kwargs for its compute()}: an option goes to
+    every method that declares it; unknown names raise ValueError."""
+    options = dict(options or {})
+    out = {m: {} for m in methods}
+    declared = {o for info in METHODS.values() for o in info.option_names()}
+    for k, v in options.items():
+        if k in METHODS:
+            bad = [o for o in v if o not in METHODS[k].option_names()]
+            if bad:
+                raise ValueError(f"method '{k}' has no option(s) {bad}; its options: {list(METHODS[k].option_names())}")
+            if k in out:
+                out[k].update(v)
+        elif k in declared:
+            for m in methods:
+                if k in METHODS[m].option_names():
+                    out[m].setdefault(k, v)
+        else:
+            raise ValueError(f"unknown option '{k}'; known: {sorted(declared)} (or a method name with a dict)")
+    return out
+
+
 def prediction_at(trace: Trace, top_k: int = 5):
     """-> ([(label, probability)] top-k at the target, output kind). For a [MASK] blank on a causal
     model only word-initial tokens are ranked (probabilities are the model's own, not renormalised)."""
@@ -84,14 +107,16 @@ def prediction_at(trace: Trace, top_k: int = 5):
 def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Optional[int] = None,
             dtype: torch.dtype = torch.float32, max_tokens: int = DEFAULT_MAX_TOKENS, top_k: int = 5,
             mixing: bool = True, progress: Optional[Callable[[str, float], None]] = None,
-            flow_workers: Optional[int] = None, keep_trace: bool = False) -> Analysis:
+            options: Optional[dict] = None, keep_trace: bool = False) -> Analysis:
     """Model + text -> Analysis. methods: names from METHODS (default all). Raises InputError for
     unusable text. Methods that need the functional trace are skipped with a reason when the
-    model did not pass its self-check."""
+    model did not pass its self-check. options: {option: value} passed to every method that declares
+    that option (MethodInfo.options, e.g. {"workers": 1}), and {method: {option: value}} for one method."""
     methods = list(DEFAULT_METHODS if methods is None else methods)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; known: {list(METHODS)}")
+    per_method = method_options(methods, options)
     timings = {}
     t0 = time.perf_counter()
     enc = encode(lm, text, max_tokens, target)
@@ -115,14 +140,14 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     maps = {}
     todo = [m for m in methods if m not in disabled]
     n = len(enc.tokens)
-    # rough relative costs, so that the fraction passed to progress() moves evenly in time: the FFN
-    # split (computed once for the three atb_ff scopes), value zeroing and DecompX cost about n times a cheap map
-    heavy = lambda m: m.startswith("atb_ff") or m in ("value_zeroing", "decompx")  # noqa: E731 - every pair through the FFN
-    cost = {m: (2.0 + n / 2 if heavy(m) else 2.0 if METHODS[m].decomposition else 1.0) for m in todo}
-    seen_ff = False
+    # rough relative costs (MethodInfo.cost), so that the fraction passed to progress() moves evenly in
+    # time; entries that share one computation (MethodInfo.shared) cost it once
+    cost, seen = {}, set()
     for m in todo:
-        if m.startswith("atb_ff"):
-            cost[m], seen_ff = (0.1 if seen_ff else cost[m]), True
+        info = METHODS[m]
+        cost[m] = 0.1 if info.shared and info.shared in seen else info.relative_cost(n)
+        if info.shared:
+            seen.add(info.shared)
     total_cost = 2.0 + sum(cost.values())  # 2: the trace, already done
     done_cost = 2.0
     for m in todo:
@@ -131,11 +156,7 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
         if progress:
             progress(m, done_cost / total_cost)
             sub = (lambda f, m=m, c0=done_cost: progress(m, (c0 + f * cost[m]) / total_cost))
-        info = METHODS[m]
-        if m == "flow":
-            maps[m] = info.compute(tr, workers=flow_workers, progress=sub)
-        else:
-            maps[m] = info.compute(tr, progress=sub)
+        maps[m] = METHODS[m].compute(tr, progress=sub, **per_method[m])
         done_cost += cost[m]
         timings[m] = time.perf_counter() - t
     mix = {}

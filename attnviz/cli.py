@@ -24,6 +24,55 @@ def _csv(s: Optional[str]):
     return None if s is None else [x.strip() for x in s.split(",") if x.strip()]
 
 
+def parse_options(items: Optional[Sequence[str]]) -> dict:
+    """["steps=16", "atb_ff.rule=midpoint"] -> analyze's options ({option: value} for every method that
+    declares it, {method: {option: value}} with METHOD.OPTION); values take the type of the default."""
+    from .methods import METHODS
+
+    out: dict = {}
+    for item in items or []:
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ValueError(f"--option {item!r}: write NAME=VALUE (or METHOD.NAME=VALUE)")
+        method, _, name = key.strip().rpartition(".")
+        infos = [METHODS[method]] if method in METHODS else list(METHODS.values()) if not method else []
+        if not infos:
+            raise ValueError(f"--option {item!r}: unknown method '{method}'")
+        opts = [o for i in infos for o in i.options if o.name == name]
+        if not opts:
+            raise ValueError(f"--option {item!r}: no method declares an option '{name}' (attnviz methods lists them)")
+        o = opts[0]
+        value = raw.strip()
+        if o.choices and value not in o.choices:
+            raise ValueError(f"--option {item!r}: choose one of {', '.join(map(str, o.choices))}")
+        if isinstance(o.default, bool):
+            value = value.lower() in ("1", "true", "yes")
+        elif isinstance(o.default, int) or (o.default is None and value.isdigit()):
+            value = int(value)
+        elif isinstance(o.default, float):
+            value = float(value)
+        if method:
+            out.setdefault(method, {})[name] = value
+        else:
+            out[name] = value
+    return out
+
+
+def cmd_methods(args) -> int:
+    """List the registered methods and importance baselines with what they measure and their options."""
+    from .faithfulness.importance import BASELINES
+    from .methods import METHODS
+
+    for name, i in METHODS.items():
+        opts = ", ".join(f"{o.name}={o.default!r}" for o in i.options)
+        print(f"{name:15s} {i.label} — {i.unit}; {i.summary}" + (f" [options: {opts}]" if opts else "")
+              + (" [core]" if i.core else ""))
+    print()
+    for name, b in BASELINES.items():
+        print(f"{name:22s} {b.label} — {b.summary}")
+    return 0
+
+
 def read_data(spec: str, n: Optional[int] = None) -> list:
     """FILE (.jsonl / .json list of {"text", ["answer", "wrong"]} / .txt one sentence a line) or
     builtin:TASK (the held-out evaluation set) -> list of items (first n)."""
@@ -134,7 +183,8 @@ def cmd_analyze(args) -> int:
         from .faithfulness import available_methods, score_sentence
 
         methods, _ = available_methods(lm, methods)
-    a = attnviz.analyze(lm, args.text, methods=methods, target=args.target, max_tokens=args.max_tokens)
+    a = attnviz.analyze(lm, args.text, methods=methods, target=args.target, max_tokens=args.max_tokens,
+                        options=parse_options(args.option))
     out.parent.mkdir(parents=True, exist_ok=True)
     bad, count = export.nonfinite(a)
     if out.suffix == ".npz":
@@ -259,7 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--model", required=True, help="builtin:NAME | pkg:minilm | model folder | hub id")
     a.add_argument("--text", required=True)
     a.add_argument("--out", required=True, help="FILE.json or FILE.npz")
-    a.add_argument("--methods", help="comma-separated method names (default all)")
+    a.add_argument("--methods", help="comma-separated method names (default all; `attnviz methods` lists them)")
+    a.add_argument("--option", action="append", metavar="[METHOD.]NAME=VALUE",
+                   help="a method option, e.g. steps=16 or flow.workers=2 (repeatable; `attnviz methods` lists them)")
     a.add_argument("--target", type=int, help="target position (default: [MASK], else [CLS] / the last token)")
     a.add_argument("--heads", action="store_true", help="include per-head maps in the JSON")
     a.add_argument("--faithfulness", action="store_true", help="add importance baselines and correlations")
@@ -277,8 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data", required=True, help="FILE (.jsonl/.json/.txt) or builtin:agreement | builtin:pronoun")
     s.add_argument("--out", required=True, help="output folder (records.jsonl, summary.csv/json/html)")
     s.add_argument("--n", type=int, default=None, help="first N items only")
-    s.add_argument("--methods", help="comma-separated (default attention,rollout,flow,value_norm,attn_res,attn_res_ln)")
-    s.add_argument("--baselines", help="comma-separated (default all five)")
+    s.add_argument("--methods", help="comma-separated (default: the core methods; `attnviz methods` lists them)")
+    s.add_argument("--baselines", help="comma-separated (default all; `attnviz methods` lists them)")
     s.add_argument("--ig-steps", type=int, default=32, help="integrated-gradient steps (the first try)")
     s.add_argument("--ig-tol", type=float, default=0.01,
                    help="double the steps (up to 256) until the relative completeness error is at most this; 0: fixed steps")
@@ -298,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus-per-worker", type=float, default=None, help="with --engine ray: GPUs per actor (default 0)")
     s.add_argument("--batch-size", type=int, default=None, help="with --engine ray: sentences per task (default: automatic)")
     s.set_defaults(func=cmd_study)
+
+    m = sub.add_parser("methods", help="list the methods and importance baselines (names, units, options)")
+    m.set_defaults(func=cmd_methods)
 
     # every argument after 'evaluate' (options included) goes to attnviz.builtin.evaluate's own parser
     e = sub.add_parser("evaluate", help="accuracy tables of the built-in models; --model SPEC --set real|grammar|handwritten|FILE "

@@ -8,14 +8,18 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
 from .errors import InputError
-from .methods import atb_ff
+from .faithfulness.correlation import spearman
+from .methods import METHODS, atb_ff
 from .methods import mixing as _mixing
 
 SENTENCES_FILE = Path(__file__).parent / "builtin" / "data" / "ordinary_sentences.txt"
-ALL_RATIOS = _mixing.NAMES + tuple(atb_ff.RATIO_NAMES.values())
+# the ratios the registered methods declare (MethodInfo.ratios), in registry order
+ALL_RATIOS = METHODS.ratio_names()
+# Kobayashi et al. (2024)'s contextualization change compares the attention block's map with the whole
+# layer's: these two registry entries, by definition of that measure
+BEFORE, AFTER = "attn_res_ln", "atb_ff_res_ln"
 
 
 def contextualization_change(a: np.ndarray, b: np.ndarray, causal: bool = False) -> np.ndarray:
@@ -33,25 +37,22 @@ def contextualization_change(a: np.ndarray, b: np.ndarray, causal: bool = False)
     out = np.empty(a.shape[0])
     for l in range(a.shape[0]):
         x, y = a[l][keep], b[l][keep]
-        if np.ptp(x) == 0 or np.ptp(y) == 0:
-            out[l] = np.nan
-        else:
-            out[l] = 1.0 - spearmanr(x, y).statistic
+        out[l] = 1.0 - spearman(x, y)  # nan when either is constant
     return out
 
 
 def all_ratios(trace, steps: int = atb_ff.DEFAULT_STEPS) -> dict:
-    """Trace -> {name: [L, n]} for the five attention-block ratios and the three FFN ones."""
+    """Trace -> {name: [L, n]} for the five attention-block ratios and the three FFN ones (ALL_RATIOS)."""
     out = dict(_mixing.ratios(trace))
     out.update(atb_ff.ratios(trace, steps))
-    return out
+    return {k: out[k] for k in ALL_RATIOS if k in out}
 
 
 @dataclass
 class SentenceMixing:
     """One sentence: tokens [n], special [n], target, ratios {name: [L, n]} (the eight of
-    ALL_RATIOS), maps {"attn_res_ln", "atb_ff_res_ln": [L, n, n]}, completeness [L] (ATBFFRESLN),
-    change [L] (contextualization change ATTNRESLN -> ATBFFRESLN), causal, steps."""
+    ALL_RATIOS), maps {BEFORE, AFTER: [L, n, n]}, completeness [L] (of AFTER), change [L]
+    (contextualization change BEFORE -> AFTER: ATTNRESLN -> ATBFFRESLN), causal, steps."""
 
     tokens: list
     special: np.ndarray
@@ -69,19 +70,18 @@ def sentence_mixing(lm, text: str, target: Optional[int] = None, max_tokens: int
                     progress: Optional[Callable[[float], None]] = None) -> SentenceMixing:
     """Model + text -> SentenceMixing from one trace. Raises InputError for unusable text or a model
     whose decompositions are disabled. progress(fraction) while the layers are split."""
-    from .methods import attn_res_ln
     from .trace import trace as _trace
 
     if not lm.decompositions_ok:
         raise InputError(lm.disabled_reason or "decompositions are unavailable for this model")
     tr = _trace(lm, text, dtype=dtype, max_tokens=max_tokens, target=target)
-    res = atb_ff.analyse(tr, steps, progress=progress)
-    a = attn_res_ln.compute(tr).layer
-    b = res["maps"]["atb_ff_res_ln"].layer
+    after = METHODS[AFTER].compute(tr, progress=progress, steps=steps)
+    a = METHODS[BEFORE].compute(tr).layer
+    b = after.layer
     causal = bool(lm.arch.causal)
     return SentenceMixing(tokens=list(tr.tokens), special=np.asarray(tr.enc.special), target=tr.target,
-                          ratios=all_ratios(tr, steps), maps={"attn_res_ln": a, "atb_ff_res_ln": b},
-                          completeness=list(res["maps"]["atb_ff_res_ln"].meta["completeness"]),
+                          ratios=all_ratios(tr, steps), maps={BEFORE: a, AFTER: b},
+                          completeness=list(after.meta["completeness"]),
                           change=contextualization_change(a, b, causal=causal), causal=causal, steps=int(steps))
 
 
@@ -154,7 +154,7 @@ def corpus_mixing(lm, sentences: Sequence[str], steps: int = atb_ff.DEFAULT_STEP
             sums[name] += v[:, keep].sum(1)
         count += int(keep.sum())
         used += 1
-        worst = max(worst, max(atb_ff.analyse(tr, steps)["maps"]["atb_ff_res_ln"].meta["completeness"]))
+        worst = max(worst, max(METHODS[AFTER].compute(tr, steps=steps).meta["completeness"]))
         if progress:
             progress(k + 1, total)
     if not count:

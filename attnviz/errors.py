@@ -13,9 +13,5 @@ class InputError(AttnvizError):
     """The text cannot be analysed (empty, too long, no target ...)."""
 
 
-class DecompositionDisabled(AttnvizError):
-    """A decomposition method was asked for on a model whose trace did not pass the self-check."""
-
-
 class LongInputWarning(UserWarning):
     """A text far longer than usual: the maps may take minutes and gigabytes (said before the work starts)."""

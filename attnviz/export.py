@@ -3,7 +3,8 @@ figures as PNG/SVG. No Streamlit.
 
 JSON layout (also the NPZ's "meta" entry, without the arrays):
   {"attnviz_version", "spec", "text", "tokens", "special", "target", "prediction": [[label, p]],
-   "output_kind", "notes", "disabled", "trace_err",
+   "output_kind", "notes", "disabled", "trace_err", "methods", "method_info": {name: {"label", "unit",
+   "rows_sum_to_one", "reference"}},
    "maps": {name: {"layer": [L][n][n], "heads": [L][H][n][n] | null}}, "mixing": {name: [L][n]}}
 NPZ arrays: "maps/NAME/layer", "maps/NAME/heads", "mixing/NAME", "special", plus "meta" (the JSON
 above without maps and mixing, as a 0-d unicode array).
@@ -31,7 +32,16 @@ def _meta(a) -> dict:
             "target": int(a.target), "prediction": [[str(t), float(p)] for t, p in a.prediction],
             "output_kind": a.output_kind, "notes": list(map(str, a.notes)),
             "disabled": {str(k): str(v) for k, v in a.disabled.items()}, "trace_err": float(a.trace_err),
-            "methods": list(a.maps)}
+            "methods": list(a.maps), "method_info": _method_info(a.maps)}
+
+
+def _method_info(names) -> dict:
+    """What each exported map measures, from the method registry (label, unit, rows sum to one, reference)."""
+    from .methods import METHODS
+
+    return {str(m): {"label": METHODS[m].label, "unit": METHODS[m].unit,
+                     "rows_sum_to_one": bool(METHODS[m].rows_sum_to_one), "reference": METHODS[m].reference}
+            for m in names if m in METHODS}
 
 
 def _arrays(a) -> dict:

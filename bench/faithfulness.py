@@ -112,7 +112,7 @@ def main():
     print(f"\none forward pass: {t_fwd * 1e3:8.2f} ms")
     for b in BASELINES:
         t = statistics.median(r.timings[b] for r in runs)
-        print(f"{BASELINES[b]:<22}: {t * 1e3:8.2f} ms  ({t / t_fwd:6.1f} x forward)")
+        print(f"{BASELINES[b].label:<22}: {t * 1e3:8.2f} ms  ({t / t_fwd:6.1f} x forward)")
     print(f"{'target + forward':<22}: {statistics.median(r.timings['forward'] for r in runs) * 1e3:8.2f} ms")
     print(f"{'all baselines, total':<22}: {t_total * 1e3:8.2f} ms  ({t_total / t_fwd:6.1f} x forward)  "
           f"[target <= 1000 ms: {'met' if t_total <= 1.0 else 'NOT met'}]")

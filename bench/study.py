@@ -61,7 +61,7 @@ def breakdown(lm, items, settings) -> dict:
         t = time.perf_counter()
         r = score_sentence(lm, it["text"], methods=settings["methods"], baselines=settings["baselines"],
                            contrast=contrast, ig_steps=settings["ig_steps"], max_tokens=settings["max_tokens"],
-                           flow_workers=1, ig_tol=settings["ig_tol"])
+                           options={"workers": 1}, ig_tol=settings["ig_tol"])
         total = time.perf_counter() - t
         totals.append(total)
         got = {f"maps: {k}": v for k, v in r.analysis.timings.items()}

@@ -9,7 +9,7 @@ import streamlit as st
 
 from attnviz import context, plots
 from attnviz.errors import InputError
-from attnviz.methods import atb_ff
+from attnviz.methods import METHODS
 from pages import ui
 
 ATTN = ("Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N", "AttnResLn-N")
@@ -45,7 +45,7 @@ if not lm.decompositions_ok:
 c1, c2 = st.columns(2)
 with c1:
     steps = int(st.number_input("Integrated-gradients steps", min_value=1, max_value=256,
-                                value=atb_ff.DEFAULT_STEPS, step=8, key="cm_steps",
+                                value=METHODS[context.AFTER].defaults()["steps"], step=8, key="cm_steps",
                                 help="Gauss-Legendre nodes for the FFN split; the completeness error "
                                      "below shows what they leave."))
 with c2:
@@ -132,12 +132,13 @@ st.plotly_chart(token_heatmap(sm.ratios[name], labels, name), key="cm_token_heat
 # ---------------------------------------------------------------------------------- side by side
 @st.fragment
 def side_by_side():
-    st.subheader("ATTNRESLN vs ATBFFRESLN", anchor=False)
+    before, after = METHODS[context.BEFORE], METHODS[context.AFTER]
+    st.subheader(f"{before.label} vs {after.label}", anchor=False)
     layer = st.slider("Layer", 1, L, value=min(L, max(1, int(st.session_state.get("layer", 1)))), key="cm_layer")
-    a = sm.maps["attn_res_ln"][layer - 1]
-    b = sm.maps["atb_ff_res_ln"][layer - 1]
-    fig = plots.heatmaps([a, b], labels, [f"ATTNRESLN, layer {layer}", f"ATBFFRESLN, layer {layer}"],
-                         ["‖g(z_ij)‖ (attention block)", "‖g2(parts_ij)‖ (whole layer)"], target=sm.target)
+    a = sm.maps[context.BEFORE][layer - 1]
+    b = sm.maps[context.AFTER][layer - 1]
+    fig = plots.heatmaps([a, b], labels, [f"{before.label}, layer {layer}", f"{after.label}, layer {layer}"],
+                         [before.unit, after.unit], target=sm.target)
     st.plotly_chart(fig, key="cm_maps")
     ch = go.Figure(go.Bar(x=list(range(1, L + 1)), y=sm.change, marker_color=["#d62728" if l == layer else "#1f77b4"
                                                                               for l in range(1, L + 1)],

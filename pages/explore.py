@@ -123,7 +123,7 @@ def maps_panel():
         longs.append(f"{ui.method_label(m)} · layer {l + 1} · {where}")
         units.append(ui.value_name(m))
     same = bool(st.session_state.get("same_scale"))
-    shares = [i for i, m in enumerate(shown) if m in ui.SHARE_METHODS]
+    shares = [i for i, m in enumerate(shown) if ui.is_share(m)]
     zmax = [None] * len(shown)
     if same and shares:
         top = max(float(mats[i].max()) for i in shares)
@@ -149,7 +149,7 @@ def maps_panel():
     if any("*" in t for t in titles):
         st.caption("\\* layer map: this method has no per-head form, so the picked head does not apply to it.")
     for m in shown:
-        st.caption(ui.plain(ui.EXPLAIN.get(m, "")))
+        st.caption(ui.plain(ui.explain(m)))
     for m in shown:
         comp = a.maps[m].meta.get("completeness")
         if comp is not None and len(comp) > l:

@@ -53,7 +53,7 @@ lm = ui.model()
 if lm is None:
     st.stop()
 available, left_out = F.available_methods(lm, list(METHODS))
-default_methods = [m for m in F.CORE_METHODS if m in available]
+default_methods = [m for m in METHODS.core() if m in available]
 kind = F.output_kind(lm)
 
 # ---------------------------------------------------------------- settings
@@ -66,7 +66,7 @@ with c1:
     if "fa_baselines" not in st.session_state:
         st.session_state.fa_baselines = list(F.BASELINES)
     st.multiselect("Importance baselines", list(F.BASELINES), key="fa_baselines", persist_state="session",
-                   format_func=F.BASELINES.get)
+                   format_func=F.baseline_label)
 with c2:
     if kind == "hidden":
         st.caption("This model has no output head: the target quantity is the cosine similarity of the "
@@ -154,7 +154,7 @@ bars_panel(imp, rows, corr.n_layers)
 # ---------------------------------------------------------------- correlation table
 st.subheader("Rank correlation with importance", anchor=False)
 t1, t2 = st.columns(2)
-baseline = t1.selectbox("Against", corr.baselines, format_func=F.BASELINES.get, key="fa_table_baseline")
+baseline = t1.selectbox("Against", corr.baselines, format_func=F.baseline_label, key="fa_table_baseline")
 stat = t2.radio("Statistic", list(STATS), format_func=STATS.get, horizontal=True, key="fa_table_stat")
 
 
@@ -267,7 +267,7 @@ else:
     if res.skipped:
         facts.append(f"{len(res.skipped)} skipped")
     st.caption("; ".join(facts) + ". " + " ".join(ui.plain(n) for n in res.notes))
-    sb = st.selectbox("Against", res.baselines, format_func=F.BASELINES.get, key="fa_study_baseline")
+    sb = st.selectbox("Against", res.baselines, format_func=F.baseline_label, key="fa_study_baseline")
     sstat = st.radio("Statistic", list(STATS), format_func=STATS.get, horizontal=True, key="fa_study_stat")
     summ = res.summary()[sstat]
     bj = res.baselines.index(sb)
@@ -282,5 +282,5 @@ else:
     st.caption("Abnar & Zuidema (2020) Table 1, Spearman vs blank-out, layers " +
                "/".join(map(str, ref["layers"])) + ": " +
                "; ".join(f"{ui.method_label(m)} " + "/".join(f"{v:+.2f}" for v in ref[m])
-                         for m in ("attention", "rollout", "flow")))
+                         for m in ref if m != "layers"))
     st.plotly_chart(named_as_everywhere(figures.study_figure(res, sstat), list(res.methods)), key="fa_study_fig")

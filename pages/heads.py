@@ -35,7 +35,7 @@ layer_maps = [view.apply(mp.layer[l], rs1) for l in range(L)]
 import numpy as np  # noqa: E402
 
 fig = plots.head_grid(np.array(heads), np.array(layer_maps), view.labels, value_name=ui.value_name(method),
-                      layer_label="head mean" if method == "attention" else "layer map")
+                      layer_label=METHODS[method].layer_map)
 
 
 def _open(layer: int, head: int) -> None:

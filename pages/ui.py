@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
-from collections import OrderedDict
 from typing import Optional, Sequence
-
-import numpy as np
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 import attnviz
-from attnviz import METHODS, InputError, ModelLoadError
+from attnviz import METHODS, InputError, ModelLoadError, schedule
 from attnviz.models.load import builtin_names, packaged_available
+
 
 def leave_pages_directory_mode() -> None:
     """Streamlit starts a fresh server in the legacy 'pages/ directory' mode until some run calls
@@ -42,7 +39,8 @@ leave_pages_directory_mode()  # a page run directly (the first request of a fres
 DEFAULT_SPEC = "builtin:agreement"
 FALLBACK_SPEC = "pkg:minilm"
 DEFAULT_CAP = int(os.environ.get("ATTNVIZ_MAX_TOKENS", "128"))
-FLOW_ASK_SECONDS = float(os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5"))
+# a method with a cost estimate (MethodInfo.estimate) above this waits until asked for
+ASK_SECONDS = float(os.environ.get("ATTNVIZ_ASK_SECONDS", os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5")))
 
 # examples for masked LMs (the built-in models, BERT family) ...
 PRESETS = {
@@ -77,48 +75,6 @@ URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "lay
 # widgets bound to the URL by Streamlit itself (bind="query-params" on Explore): sync_url leaves them alone
 BOUND = ("layer", "head", "hide", "merge", "cells")
 
-# what each map's colour bar measures: the quantity and its unit (shares of 1, or a vector norm in
-# the units of the model's hidden states)
-VALUE_NAMES = {"attention": "attention weight (share of 1)", "rollout": "rollout share (of 1)",
-               "flow": "flow share (of 1)", "value_norm": "‖α f(x)‖ (norm, hidden units)",
-               "attn_res": "‖z‖ attn+residual (norm, hidden units)", "attn_res_ln": "‖g(z)‖ after LN (norm, hidden units)",
-               "atb_ff": "‖FFN share‖ (norm, hidden units)", "atb_ff_res": "‖share‖ 2nd residual (norm, hidden units)",
-               "atb_ff_res_ln": "‖share‖ layer output (norm, hidden units)",
-               "alti": "ALTI contribution (share of 1)", "value_zeroing": "value-zeroing share (of 1)",
-               "globenc": "GlobEnc share (of 1)", "decompx": "‖part of output‖ (norm, hidden units)"}
-# rows sum to 1: one colour scale can serve them all
-SHARE_METHODS = ("attention", "rollout", "flow", "alti", "value_zeroing", "globenc")
-
-# one or two sentences shown under the maps, where the map is read (the About page has the long form)
-EXPLAIN = {
-    "attention": "Raw attention: row i is how one layer's softmax splits token i's attention over the tokens "
-                 "(each row sums to 1). It ignores the residual stream and the size of the value vectors.",
-    "rollout": "Rollout: attention composed through the layers, with the residual connection counted as half "
-               "of each step ((A + I) / 2, rows renormalised). At layer 1 there is nothing to compose yet, so "
-               "rollout equals the first layer's (A + I) / 2 — and so does flow.",
-    "flow": "Flow: the maximum flow from token i at this layer to each input token through the layered "
-            "attention graph (same graph as rollout); at layer 1 it equals rollout.",
-    "value_norm": "Value-weighted norm: ‖α f(x)‖, how large a vector each source token actually adds through "
-                  "attention (a large weight on a small vector adds little).",
-    "attn_res": "AttnRes-N: the attention output plus the residual stream, split per source token (norms): "
-                "the token's own share includes its residual copy.",
-    "attn_res_ln": "ATTNRESLN: like AttnRes-N, after the layer normalisation; adds what LN does to each source's "
-                   "share. On models with an attention sink (a first token taking most of the mass, e.g. "
-                   "SmolLM2) one column dwarfs the rest: try the log colour scale.",
-    "atb_ff": "ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients).",
-    "atb_ff_res": "ATBFFRES: ATBFF plus the second residual connection.",
-    "atb_ff_res_ln": "ATBFFRESLN: the whole layer's output per source token, after the last layer norm.",
-    "alti": "ALTI: how close each source's transformed vector is to token i's output (L1 distance), as shares, "
-            "composed through the layers like rollout.",
-    "value_zeroing": "Value zeroing: how much token i's output changes (cosine distance) when source j's value "
-                     "vector is zeroed and the layer rerun, as shares, composed through the layers.",
-    "globenc": "GlobEnc: norms of each source's part through both layer norms of the encoder layer, multiplied "
-               "through the layers.",
-    "decompx": "DecompX: token i's output at this layer split into one vector per input token, carried through "
-               "every layer; the map shows each part's norm.",
-}
-
-
 # ------------------------------------------------------------------------------------ text helpers
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:])")
@@ -141,7 +97,21 @@ def method_label(name: str) -> str:
 
 
 def value_name(name: str) -> str:
-    return VALUE_NAMES.get(name, "value")
+    """What a map's colour bar measures: the quantity and its unit (MethodInfo.unit)."""
+    info = METHODS.get(name)
+    return info.unit if info else "value"
+
+
+def explain(name: str) -> str:
+    """One or two sentences shown under a map (MethodInfo.explain; the About page has the long form)."""
+    info = METHODS.get(name)
+    return info.explain if info else ""
+
+
+def is_share(name: str) -> bool:
+    """Rows sum to 1: one colour scale can serve all such maps."""
+    info = METHODS.get(name)
+    return bool(info and info.rows_sum_to_one)
 
 
 def flash_load_error() -> None:
@@ -431,68 +401,16 @@ def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_
                          "Analysing the sentence")
 
 
-def _flow_input(a) -> np.ndarray:
-    """The head-mean attention [L, n, n] exactly as attnviz.methods.flow.compute forms it."""
-    return np.asarray(a.maps["attention"].heads, dtype=np.float32).mean(1)
+def _apart(spec_: str, text_: str, target_: Optional[int], cap_: int, method: str, est: float):
+    """One method with a cost estimate, computed on its own (cached for every session), with a progress bar."""
+    lm = _load(spec_)
+    return with_progress(("apart", spec_, text_, target_, cap_, method),
+                         lambda progress: schedule.compute_apart(lm, text_, target_, cap_, method, progress),
+                         f"Computing {method_label(method).lower()} (about {est:.0f} s)")
 
 
-@st.cache_data(show_spinner="Computing attention flow…", max_entries=64)
-def _flow(spec_: str, text_: str, cap_: int, _A: np.ndarray):
-    """Attention flow for a short text (cached by model, text and cap; _A is the attention)."""
-    from attnviz.methods.base import Map
-    from attnviz.methods.flow import flow
-    return Map("flow", flow(_A), None, {"rows_sum_to_one": True})
-
-
-# long flow jobs run with a progress bar, so they are kept here rather than in st.cache_data
-# (a cached function cannot update an element created outside it)
-_LONG_FLOW: "OrderedDict[tuple, object]" = OrderedDict()
-_LONG_FLOW_LOCK = threading.Lock()
-_LONG_FLOW_MAX = 8
-
-
-def _long_flow(key: tuple, A: np.ndarray, est: float):
-    """Attention flow with a progress bar; results kept per (spec, text, cap)."""
-    from attnviz.methods.base import Map
-    from attnviz.methods.flow import flow
-    with _LONG_FLOW_LOCK:
-        if key in _LONG_FLOW:
-            _LONG_FLOW.move_to_end(key)
-            return _LONG_FLOW[key]
-    done = {"f": 0.0}
-    out = {}
-
-    def run():
-        try:
-            out["map"] = Map("flow", flow(A, progress=lambda f: done.__setitem__("f", f)), None,
-                             {"rows_sum_to_one": True})
-        except Exception as e:  # noqa: BLE001 - shown to the user below
-            out["error"] = e
-
-    bar = st.progress(0.0, text=f"Computing attention flow (about {est:.0f} s)…")
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.25)
-        bar.progress(min(1.0, done["f"]), text=f"Computing attention flow: {done['f']:.0%} (about {est:.0f} s in all)")
-    bar.empty()
-    if "error" in out:
-        raise out["error"]
-    with _LONG_FLOW_LOCK:
-        _LONG_FLOW[key] = out["map"]
-        while len(_LONG_FLOW) > _LONG_FLOW_MAX:
-            _LONG_FLOW.popitem(last=False)
-    return out["map"]
-
-
-def flow_cost(lm, n_tokens: int) -> float:
-    from attnviz.methods.flow import default_workers, estimate_seconds
-    return estimate_seconds(lm.n_layers, n_tokens, workers=default_workers(),
-                            causal=bool(lm.arch is not None and lm.arch.causal))
-
-
-def _confirm_flow(key) -> None:
-    st.session_state.setdefault("_flow_ok", set()).add(key)
+def _confirm(key) -> None:
+    st.session_state.setdefault("_asked", set()).add(key)
 
 
 def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
@@ -500,11 +418,11 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
     """attnviz.analyze for the current (spec, text, methods, target, cap), cached; None (after an
     error box) when the model or the text cannot be used. methods: default the selected ones.
 
-    Attention flow is computed on its own (it depends on the attention only). When its estimated
-    cost exceeds FLOW_ASK_SECONDS it is left out (listed in .disabled with its estimate) until the
-    user presses the button shown here, then computed with a progress bar (ask=False: no warning,
-    no button, e.g. inside a fragment that reruns on its own). text_: another sentence than the
-    sidebar's (the minimal pair), analysed at its automatic target."""
+    Methods with a cost estimate (attnviz.schedule) are computed on their own; one whose estimate
+    exceeds ASK_SECONDS is left out (listed in .disabled with its estimate) until the user presses
+    the button shown here, then computed with a progress bar (ask=False: no warning, no button, e.g.
+    inside a fragment that reruns on its own). text_: another sentence than the sidebar's (the
+    minimal pair), analysed at its automatic target."""
     lm = model()
     if lm is None:
         return None
@@ -513,59 +431,38 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
     methods = tuple(m for m in methods if m in METHODS)
     s, t, c = spec(), (text() if text_ is None else str(text_)), cap()
     target_ = target() if text_ is None else None
-    from attnviz.trace import encode
     try:
-        try:
-            enc = encode(lm, t, c, target_)
-        except InputError:
-            if target_ is None:
-                raise
-            target_ = None  # a row left over from another text: back to the automatic target
-            enc = encode(lm, t, c, target_)
+        enc, target_, fell_back = schedule.encode_or_automatic(lm, t, c, target_)
+        if fell_back:  # a row left over from another text: back to the automatic target
             try:
                 st.session_state.target = AUTO
             except StreamlitAPIException:  # the row picker is already drawn in this run
                 pass
+        n = len(enc.tokens)
+        asked = st.session_state.get("_asked", set())
+        p = schedule.plan(lm, methods, n, ASK_SECONDS, confirmed=lambda m: (s, enc.text, c, m) in asked)
+        a = _analyze(s, t, p.now, target_, c)
     except InputError as e:
         if ask:
             show_error(e)
         return None
-    want_flow = "flow" in methods
-    rest = tuple(m for m in methods if m != "flow")
-    if want_flow and "attention" not in rest:
-        rest = rest + ("attention",)
-    try:
-        a = _analyze(s, t, rest, target_, c)
-    except InputError as e:
+    maps = dict(a.maps)
+    for m, est in p.apart.items():
+        try:
+            maps[m] = _apart(s, t, target_, c, m, est)
+        except Exception as e:  # noqa: BLE001 - one method failing must not take the other maps down
+            a.disabled[m] = f"{method_label(m)} failed: {e}"
+    for m, est in p.ask.items():
+        a.disabled[m] = f"not computed yet: about {est:.0f} s for this text (press the button to run it)"
         if ask:
-            show_error(e)
-        return None
-    if not want_flow:
-        return a
-    est = flow_cost(lm, len(enc.tokens))
-    key = (s, enc.text, c)
-    fmap = None
-    try:
-        if est <= FLOW_ASK_SECONDS:
-            fmap = _flow(s, enc.text, c, _flow_input(a))
-        elif key in st.session_state.get("_flow_ok", set()):
-            fmap = _long_flow(key, _flow_input(a), est)
-        else:
-            a.disabled["flow"] = f"not computed yet: about {est:.0f} s for this text (press the button to run it)"
-            if ask:
-                st.warning(f"Attention flow for {len(enc.tokens)} tokens would take about {est:.0f} s "
-                           "(one max-flow per pair of tokens per layer). It is left out until you ask for it.",
-                           icon=":material/hourglass:")
-                try:
-                    st.button(f"Compute attention flow (about {est:.0f} s)", key=f"flow_go_{abs(hash(key))}",
-                              on_click=_confirm_flow, args=(key,))
-                except StreamlitAPIException:  # analysis() called twice in one run: one button is enough
-                    pass
-    except Exception as e:  # noqa: BLE001 - flow failing must not take the other maps down
-        a.disabled["flow"] = f"attention flow failed: {e}"
-    maps = {m: (fmap if m == "flow" else a.maps[m]) for m in methods
-            if (fmap is not None if m == "flow" else m in a.maps)}
-    a.maps = maps
+            st.warning(schedule.ask_message(m, n, est), icon=":material/hourglass:")
+            key = (s, enc.text, c, m)
+            try:
+                st.button(f"Compute {method_label(m).lower()} (about {est:.0f} s)", key=f"ask_go_{m}_{abs(hash(key))}",
+                          on_click=_confirm, args=(key,))
+            except StreamlitAPIException:  # analysis() called twice in one run: one button is enough
+                pass
+    a.maps = {m: maps[m] for m in methods if m in maps}
     return a
 
 

@@ -322,14 +322,14 @@ def test_long_text_gets_a_clear_message(app_spec):
 def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
     from pages import ui
 
-    old = ui.FLOW_ASK_SECONDS
-    ui.FLOW_ASK_SECONDS = 0.0  # every flow job counts as long
+    old = ui.ASK_SECONDS
+    ui.ASK_SECONDS = 0.0  # every method with a cost estimate (flow) counts as long
     try:
         at = new_app(app_spec, methods="attention,flow").run()
         no_exception(at)
         assert any("would take about" in w.value for w in at.warning)
         assert len(chart(at, "maps")["data"]) == 1  # flow left out until asked
-        btn = next(b for b in at.button if b.key and b.key.startswith("flow_go_"))
+        btn = next(b for b in at.button if b.key and b.key.startswith("ask_go_flow_"))
         btn.click().run()
         no_exception(at)
         z = [arr(tr["z"]) for tr in chart(at, "maps")["data"]]
@@ -337,7 +337,7 @@ def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
         ref = reference(lm, at.session_state["text"], ["flow"])
         np.testing.assert_allclose(z[1], ref.maps["flow"].layer[0], rtol=1e-6)
     finally:
-        ui.FLOW_ASK_SECONDS = old
+        ui.ASK_SECONDS = old
 
 
 def test_examples_and_target_row(app_spec, lm):
@@ -454,5 +454,5 @@ def test_every_method_has_a_colour_bar_unit_and_an_explanation():
         name = ui.value_name(m)
         assert ("of 1)" in name) == bool(info.rows_sum_to_one) or "hidden units" in name, (m, name)
         assert ("of 1)" in name or "hidden units" in name), (m, name)
-        assert ui.EXPLAIN.get(m), m
-        assert (m in ui.SHARE_METHODS) == bool(info.rows_sum_to_one), m
+        assert ui.explain(m) == info.explain and len(info.explain) > 20, m
+        assert ui.is_share(m) == bool(info.rows_sum_to_one), m

@@ -458,8 +458,3 @@ def generate(task: str, n: int, seed: int, split: str = "train") -> list[dict]:
             seen.add(item["text"])
         out.append(item)
     return out
-
-
-def split_of(item_key: str) -> str:
-    """Which split a generation key belongs to (exposed for tests)."""
-    return "test" if _key_in_test(item_key) else "train"

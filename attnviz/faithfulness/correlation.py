@@ -1,7 +1,8 @@
 """Rank correlations between a map's target row and importance vectors (Spearman ρ, Kendall τ-b).
 
 A correlation is undefined (NaN, with the reason kept) when either vector is constant over the
-tokens compared or fewer than MIN_TOKENS finite pairs remain. Ties get average ranks, as in scipy.
+tokens compared or fewer than MIN_TOKENS finite pairs remain. Both statistics are scipy's (ties: average
+ranks; τ-b).
 """
 from __future__ import annotations
 
@@ -9,44 +10,27 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
+import scipy.stats
 
 from .importance import BASELINES, Importance
 
 MIN_TOKENS = 3
 
 
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """x [n] -> ranks [n] (1-based; tied values share the mean of their ranks)."""
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    ranks = np.empty(len(x))
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and xs[j + 1] == xs[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """x, y [n] -> Spearman ρ (Pearson correlation of average ranks); NaN if either is constant."""
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    den = np.sqrt((rx * rx).sum() * (ry * ry).sum())
-    return float((rx * ry).sum() / den) if den > 0 else float("nan")
+    """x, y [n] -> Spearman ρ (scipy; ties get average ranks); NaN if either is constant."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(scipy.stats.spearmanr(x, y).statistic)
 
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
-    """x, y [n] -> Kendall τ-b = Σ_{i<j} s_x s_y / sqrt(Σ s_x² Σ s_y²), s = sign of pair differences."""
+    """x, y [n] -> Kendall τ-b (scipy); NaN if either is constant."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    iu = np.triu_indices(len(x), 1)
-    sx = np.sign(x[:, None] - x[None, :])[iu]
-    sy = np.sign(y[:, None] - y[None, :])[iu]
-    den = np.sqrt((sx * sx).sum() * (sy * sy).sum())
-    return float((sx * sy).sum() / den) if den > 0 else float("nan")
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(scipy.stats.kendalltau(x, y, variant="b").statistic)
 
 
 def rank_corr(x: np.ndarray, y: np.ndarray) -> tuple:

@@ -27,7 +27,7 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
 
     pos = list(imp.positions)
     labels = [token_labels(imp.tokens)[j] for j in pos]
-    panels = [(BASELINES[b], v[pos]) for b, v in imp.values.items()]
+    panels = [(BASELINES[b].label, v[pos]) for b, v in imp.values.items()]
     if rows:
         for m, r in rows.items():
             panels.append((f"{m} (layer {layer + 1})", np.asarray(r)[layer, pos]))
@@ -43,23 +43,6 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
     return fig
 
 
-def correlation_heatmap(corr, baseline: str, stat: str = "spearman"):
-    """Method × layer heatmap of one correlation against one baseline; ★ marks the best per layer."""
-    import plotly.graph_objects as go
-
-    bi = corr.baselines.index(baseline)
-    a = corr.stat(stat)[:, :, bi]
-    best = corr.best(stat)[:, bi]
-    text = [[("n/a" if not math.isfinite(a[m, l]) else f"{a[m, l]:+.2f}") + (" ★" if best[l] == m else "")
-             for l in range(a.shape[1])] for m in range(a.shape[0])]
-    z = np.where(np.isfinite(a), a, None)
-    fig = go.Figure(go.Heatmap(z=z, x=[f"L{l + 1}" for l in range(a.shape[1])], y=corr.methods, zmin=-1, zmax=1,
-                               colorscale="RdBu", text=text, texttemplate="%{text}", hoverongaps=False))
-    fig.update_layout(title=f"{stat} vs {BASELINES[baseline]} (★ best per layer)", yaxis_autorange="reversed",
-                      height=60 * len(corr.methods) + 120)
-    return fig
-
-
 def study_figure(res, stat: str = "spearman"):
     """Mean ± std of `stat` per layer, one line per method, one panel per baseline -> Figure."""
     import plotly.graph_objects as go
@@ -69,7 +52,7 @@ def study_figure(res, stat: str = "spearman"):
     B = len(res.baselines)
     cols = min(3, B)
     nrows = (B + cols - 1) // cols
-    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[BASELINES[b] for b in res.baselines],
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[BASELINES[b].label for b in res.baselines],
                         shared_yaxes=True)
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
     layers = list(range(1, res.n_layers + 1))

@@ -41,13 +41,6 @@ from ..errors import InputError
 from ..plots import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
 
-BASELINES = {
-    "blank_out": "Blank-out",
-    "leave_one_out": "Leave-one-out",
-    "grad_norm": "Gradient norm",
-    "input_x_grad": "Input×gradient",
-    "integrated_gradients": "Integrated gradients",
-}
 DEFAULT_IG_STEPS = 32
 IG_MAX_STEPS = 256
 _CHUNK = 64  # rows per batched forward (blank-out / leave-one-out / IG steps / Jacobian rows)
@@ -362,6 +355,118 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
     return ig.numpy(), info
 
 
+@dataclass(frozen=True, kw_only=True)
+class BaselineInfo:
+    """What an importance baseline declares; compute(ctx) -> (values at ctx.positions, signed?)."""
+
+    name: str
+    label: str
+    summary: str  # one line: what is measured
+    gradient: bool = False  # needs a backward pass
+    compute: Optional[Callable] = None
+
+
+@dataclass
+class Context:
+    """What every baseline of one importance() call shares: the model, the text, the target quantity,
+    the attributed positions, f on the unperturbed text, and a cache for work two baselines share."""
+
+    lm: object
+    enc: Encoded
+    target: Target
+    positions: np.ndarray
+    ref: Optional[torch.Tensor]
+    f0: float
+    ig_steps: int = DEFAULT_IG_STEPS
+    ig_tol: Optional[float] = None
+    ig_max_steps: int = IG_MAX_STEPS
+    notes: list = field(default_factory=list)
+    ig: dict = field(default_factory=dict)
+    blank: Optional[str] = None
+    cache: dict = field(default_factory=dict)
+
+
+def _blank_out(ctx: Context):
+    d, _, btok = blank_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref)
+    ctx.blank = btok
+    bid, _, which = blank_token(ctx.lm.tokenizer)
+    tk = ctx.lm.tokenizer
+    shared = [name for name in ("eos", "bos", "pad") if getattr(tk, name + "_token_id", None) == bid]
+    if which != "unk":
+        ctx.notes.append(f"this tokenizer has no unknown token: blank-out uses {btok}")
+    elif shared or "unk" not in btok.lower():
+        roles = {"eos": "end-of-text", "bos": "start-of-text", "pad": "padding"}
+        also = f", also its {' and '.join(roles[r] for r in shared)} token" if shared else ""
+        ctx.notes.append(f"this tokenizer has no [UNK]-style unknown token: the one it declares is the special "
+                         f"token {btok}{also}, and blank-out replaces each token with it")
+    return d, True
+
+
+def _leave_one_out(ctx: Context):
+    if ctx.target.position in set(int(p) for p in ctx.positions):
+        ctx.notes.append("leave-one-out cannot delete the target position itself: it is left out there")
+    return leave_one_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref, ctx.f0), True
+
+
+def _grads(ctx: Context):
+    """(||∂f/∂e_j|| [n], e_j·∂f/∂e_j [n]) once per call (both gradient baselines read it); the cosine
+    target uses the Jacobian of the hidden state instead."""
+    if "grads" not in ctx.cache:
+        if ctx.target.output == "hidden":
+            ctx.cache["grads"] = jacobian_norms(ctx.lm, ctx.enc, ctx.target.position)
+            ctx.notes.append("the cosine target's gradient is zero at the unperturbed input: gradient norm is "
+                             "||∂h_t/∂e_j||_F and input×gradient is ||(∂h_t/∂e_j) e_j|| for the hidden state h_t")
+        else:
+            e, g = gradient(ctx.lm, ctx.enc, ctx.target)
+            ctx.cache["grads"] = (g.double().norm(dim=-1).numpy(), (e.double() * g.double()).sum(-1).numpy())
+    return ctx.cache["grads"]
+
+
+def _grad_norm(ctx: Context):
+    return _grads(ctx)[0][ctx.positions], False
+
+
+def _input_x_grad(ctx: Context):
+    return _grads(ctx)[1][ctx.positions], ctx.target.output != "hidden"
+
+
+def _integrated_gradients(ctx: Context):
+    steps, tried = int(ctx.ig_steps), []
+    while True:
+        ig, info = integrated_gradients(ctx.lm, ctx.enc, ctx.target, ctx.positions, steps, ctx.ref)
+        tried.append(steps)
+        if ctx.ig_tol is None or info["completeness_rel"] <= ctx.ig_tol or steps * 2 > ctx.ig_max_steps:
+            break
+        steps *= 2
+    info["tried"] = tried
+    if ctx.ig_tol is not None and info["completeness_rel"] > ctx.ig_tol:
+        ctx.notes.append(f"integrated gradients: the completeness error is still "
+                         f"{100 * info['completeness_rel']:.2g} % after {steps} steps (tolerance "
+                         f"{100 * ctx.ig_tol:.2g} %)")
+    ctx.ig = info
+    return ig[ctx.positions], True
+
+
+# the baseline registry: name -> BaselineInfo; a new baseline is its compute(ctx) plus one entry
+BASELINES = {b.name: b for b in (
+    BaselineInfo(name="blank_out", label="Blank-out", compute=_blank_out,
+                 summary="|f(x with token j replaced by the blank token) - f(x)|"),
+    BaselineInfo(name="leave_one_out", label="Leave-one-out", compute=_leave_one_out,
+                 summary="|f(x without token j) - f(x)|"),
+    BaselineInfo(name="grad_norm", label="Gradient norm", compute=_grad_norm, gradient=True,
+                 summary="||∂f/∂e_j|| (e_j: the word embedding of token j)"),
+    BaselineInfo(name="input_x_grad", label="Input×gradient", compute=_input_x_grad, gradient=True,
+                 summary="|e_j · ∂f/∂e_j|"),
+    BaselineInfo(name="integrated_gradients", label="Integrated gradients", compute=_integrated_gradients,
+                 gradient=True, summary="|IG_j| from the zero word embedding, Gauss-Legendre quadrature"),
+)}
+
+
+def baseline_label(name: str) -> str:
+    info = BASELINES.get(name)
+    return info.label if info else name
+
+
 def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contrast: Optional[Sequence] = None,
                target: Optional[int] = None, ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False,
                max_tokens: int = DEFAULT_MAX_TOKENS, progress: Optional[Callable[[str, float], None]] = None,
@@ -397,57 +502,17 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
             signed[name] = full.copy()
         values[name] = np.abs(full)
 
-    grads = None
+    ctx = Context(lm=lm, enc=enc, target=tg, positions=pos, ref=ref, f0=f0, ig_steps=ig_steps, ig_tol=ig_tol,
+                  ig_max_steps=ig_max_steps)
     for k, b in enumerate(baselines):
         if progress:
             progress(b, k / len(baselines))
         t = time.perf_counter()
-        if b == "blank_out":
-            d, f0_batch, btok = blank_out(lm, enc, tg, pos, ref)
-            put(b, d)
-            bid, _, which = blank_token(lm.tokenizer)
-            tk = lm.tokenizer
-            shared = [name for name in ("eos", "bos", "pad") if getattr(tk, name + "_token_id", None) == bid]
-            if which != "unk":
-                notes.append(f"this tokenizer has no unknown token: blank-out uses {btok}")
-            elif shared or "unk" not in btok.lower():
-                roles = {"eos": "end-of-text", "bos": "start-of-text", "pad": "padding"}
-                also = f", also its {' and '.join(roles[r] for r in shared)} token" if shared else ""
-                notes.append(f"this tokenizer has no [UNK]-style unknown token: the one it declares is the special "
-                             f"token {btok}{also}, and blank-out replaces each token with it")
-        elif b == "leave_one_out":
-            put(b, leave_one_out(lm, enc, tg, pos, ref, f0))
-        elif b in ("grad_norm", "input_x_grad"):
-            if grads is None:
-                if tg.output == "hidden":
-                    grads = jacobian_norms(lm, enc, tg.position)
-                else:
-                    e, g = gradient(lm, enc, tg)
-                    grads = (g.double().norm(dim=-1).numpy(), (e.double() * g.double()).sum(-1).numpy())
-            if b == "grad_norm":
-                put(b, grads[0][pos], sign=False)
-            else:
-                put(b, grads[1][pos], sign=tg.output != "hidden")
-        elif b == "integrated_gradients":
-            steps, tried = int(ig_steps), []
-            while True:
-                ig, ig_info = integrated_gradients(lm, enc, tg, pos, steps, ref)
-                tried.append(steps)
-                if ig_tol is None or ig_info["completeness_rel"] <= ig_tol or steps * 2 > ig_max_steps:
-                    break
-                steps *= 2
-            ig_info["tried"] = tried
-            if ig_tol is not None and ig_info["completeness_rel"] > ig_tol:
-                notes.append(f"integrated gradients: the completeness error is still "
-                             f"{100 * ig_info['completeness_rel']:.2g} % after {steps} steps (tolerance "
-                             f"{100 * ig_tol:.2g} %)")
-            put(b, ig[pos])
+        vec, sign = BASELINES[b].compute(ctx)
+        put(b, vec, sign)
         timings[b] = time.perf_counter() - t
-    if tg.output == "hidden" and ({"grad_norm", "input_x_grad"} & set(baselines)):
-        notes.append("the cosine target's gradient is zero at the unperturbed input: gradient norm is "
-                     "||∂h_t/∂e_j||_F and input×gradient is ||(∂h_t/∂e_j) e_j|| for the hidden state h_t")
-    if include_target and "leave_one_out" in baselines:
-        notes.append("leave-one-out cannot delete the target position itself: it is left out there")
+    notes.extend(ctx.notes)
+    btok, ig_info = ctx.blank, ctx.ig
     if progress:
         progress("done", 1.0)
     return Importance(tokens=list(enc.tokens), special=np.asarray(enc.special), target=tg, positions=pos,

@@ -13,8 +13,9 @@ from ..trace import DEFAULT_MAX_TOKENS, encode
 from .correlation import Correlations, correlate
 from .importance import DEFAULT_IG_STEPS, Importance, importance
 
-# the maps the faithfulness check covers by default (others, e.g. the FFN ones, on request)
-CORE_METHODS = ("attention", "rollout", "flow", "value_norm", "attn_res", "attn_res_ln")
+# the maps the faithfulness check covers by default (MethodInfo.core; the others on request), as
+# registered when this module was imported (available_methods reads the registry at each call)
+CORE_METHODS = METHODS.core()
 
 
 @dataclass
@@ -36,7 +37,7 @@ class SentenceResult:
 
 def available_methods(lm, methods: Optional[Sequence[str]] = None) -> tuple:
     """-> (methods this model can compute, {method: reason} for the ones left out)."""
-    methods = list([m for m in CORE_METHODS if m in METHODS] if methods is None else methods)
+    methods = list(METHODS.core() if methods is None else methods)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; known: {list(METHODS)}")
@@ -49,17 +50,18 @@ def available_methods(lm, methods: Optional[Sequence[str]] = None) -> tuple:
 def score_sentence(lm, text: str, methods: Optional[Sequence[str]] = None, baselines: Optional[Sequence[str]] = None,
                    contrast: Optional[Sequence] = None, ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False,
                    target: Optional[int] = None, analysis: Optional[Analysis] = None,
-                   max_tokens: int = DEFAULT_MAX_TOKENS, flow_workers: Optional[int] = None,
+                   max_tokens: int = DEFAULT_MAX_TOKENS, options: Optional[dict] = None,
                    progress: Optional[Callable[[str, float], None]] = None,
                    ig_tol: Optional[float] = None) -> SentenceResult:
     """Model + text -> SentenceResult (maps' target rows vs importance baselines, per method and layer).
 
     analysis: an Analysis of the same text to take the maps from (else analyze() runs here).
+    options: the methods' options, as analyze takes them (e.g. {"workers": 1}).
     ig_tol: adaptive integrated-gradient steps (see importance)."""
     methods, left = available_methods(lm, methods)
     if analysis is None:
         analysis = analyze(lm, text, methods=methods, target=target, max_tokens=max_tokens, mixing=False,
-                           flow_workers=flow_workers,
+                           options=options,
                            progress=(lambda s, f: progress(s, 0.5 * f)) if progress else None)
     else:
         methods = [m for m in methods if m in analysis.maps]

@@ -413,7 +413,7 @@ def score_record(lm, i: int, key: str, item: dict, settings: dict) -> dict:
     try:
         res = score_sentence(lm, item["text"], methods=settings["methods"], baselines=settings["baselines"],
                              contrast=contrast, ig_steps=settings["ig_steps"], include_target=settings["include_target"],
-                             max_tokens=settings["max_tokens"], flow_workers=1, ig_tol=settings["ig_tol"])
+                             max_tokens=settings["max_tokens"], options={"workers": 1}, ig_tol=settings["ig_tol"])
     except InputError as e:
         return dict(key=key, i=i, text=item["text"], error=str(e))
     c = res.correlations
@@ -457,7 +457,7 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
     checked = [_check_item(s) for s in sentences]
     fps = [item_fingerprint(s) for s in sentences]
     keys = [None if it is None else _key(i, it["text"]) for i, (it, _) in enumerate(checked)]
-    methods, left_out = available_methods(lm, STUDY_METHODS if methods is None else methods)
+    methods, left_out = available_methods(lm, methods)
     baselines = list(BASELINES if baselines is None else baselines)
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:

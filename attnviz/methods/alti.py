@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from . import attn_res_ln
+from .info import MethodInfo
 from .base import Map, chain, per_layer, row_normalise
 
 
@@ -62,3 +63,20 @@ def compute(trace, *, progress=None) -> Map:
     else:
         meta["note"] = "attention block through LN1 (the FFN, LN2 are not in the per-layer map, as in the paper)"
     return Map("alti", chain(per), None, meta)
+
+
+INFO = MethodInfo(
+    name="alti", label="ALTI", unit="ALTI contribution (share of 1)",
+    summary="L1-distance contributions of the transformed vectors, rollout over layers (Ferrando et al. 2022)",
+    explain=("ALTI: how close each source's transformed vector is to token i's output (L1 distance), as shares, "
+             "composed through the layers like rollout."),
+    what=("**What it shows.** For each layer, token i's attention-block output is split into one transformed "
+          "vector per source token; a source's contribution is how much closer (in L1 distance) the output is "
+          "to that vector than to nothing, max(0, ‖y‖₁ − ‖y − T(x_j)‖₁), as shares of the row. The layers are "
+          "then composed like rollout (Ferrando et al. 2022). Rows sum to 1."),
+    caveats=("**Caveats.** Like the paper, the per-layer map covers the attention block only (the FFN, its "
+             "residual and the second norm are left out). On pre-LN models (GPT-2, Llama) the authors' pre-LN "
+             "variant is used: the vectors are the AttnRes ones. The completeness error of the split is shown "
+             "with the map."),
+    reference="Ferrando et al. 2022",
+    rows_sum_to_one=True, decomposition=True, completeness=True, cost="norms")

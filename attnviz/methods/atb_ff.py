@@ -35,6 +35,7 @@ from .. import linear
 from ..linear import RULES  # noqa: F401 - re-exported
 from . import attn_res_ln
 from .base import Map
+from .info import MethodInfo, Option
 
 DEFAULT_STEPS = 32
 NAMES = ("atb_ff", "atb_ff_res", "atb_ff_res_ln")
@@ -279,16 +280,20 @@ def ratios(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
     return analyse(trace, steps, rule)["ratios"]
 
 
-def compute_ff(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", *, progress=None) -> Map:
-    """Trace -> Map atb_ff [L, n, n]: ||F_ij||, the FFN output's part from source j."""
+def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
+    """Trace -> Map atb_ff [L, n, n]: ||F_ij||, the FFN output's part from source j (atb_ff_res and
+    atb_ff_res_ln, in their own modules, read the same cached pass)."""
     return analyse(trace, steps, rule, progress)["maps"]["atb_ff"]
 
 
-def compute_ff_res(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", *, progress=None) -> Map:
-    """Trace -> Map atb_ff_res [L, n, n]: ||A_ij + F_ij||, after the second residual."""
-    return analyse(trace, steps, rule, progress)["maps"]["atb_ff_res"]
-
-
-def compute_ff_res_ln(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", *, progress=None) -> Map:
-    """Trace -> Map atb_ff_res_ln [L, n, n]: ||g2_i(A_ij + F_ij)||, the whole layer (ATBFFRESLN)."""
-    return analyse(trace, steps, rule, progress)["maps"]["atb_ff_res_ln"]
+INFO = MethodInfo(
+    name="atb_ff", label="ATBFF", unit="‖FFN share‖ (norm, hidden units)",
+    summary="attention block, then the FFN split by integrated gradients, norm (Kobayashi et al. 2024)",
+    explain=("ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients)."),
+    what=("**What it shows.** How much each source token contributes to the output of the layer's feed-forward block (FFN) alone: the attention block's per-source shares are pushed through the FFN, whose non-linearity is split between sources with integrated gradients (ATBFF, Kobayashi et al. 2024). Each cell is the norm of that source's share."),
+    caveats=('**Caveats.** The split of a non-linear block is a choice (integrated gradients from a zero baseline); the shares add up to the real FFN output only up to a small completeness error, reported with the map. The residual and the LayerNorm around the FFN are not included (see ATBFFRES, ATBFFRESLN).'),
+    reference="Kobayashi et al. 2024",
+    rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFf-N",), cost="pairs",
+    shared="atb_ff",  # one pass over the layers gives all three scopes (atb_ff.analyse, cached on the trace)
+    options=(Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),
+             Option(name="rule", default="gauss", help="quadrature rule", choices=tuple(RULES))))

@@ -7,9 +7,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from .info import MethodInfo
 from .base import Map, summed_norms
 
 
 def compute(trace, *, progress=None) -> Map:
     layer = [summed_norms(r["probs"], fx, diag_add=r["x"]) for r, fx in zip(trace.layers, trace.fx)]
     return Map("attn_res", np.stack(layer), None, {"rows_sum_to_one": False})
+
+
+INFO = MethodInfo(
+    name="attn_res", label="AttnRes-N", unit="‖z‖ attn+residual (norm, hidden units)",
+    summary="attention + residual, norm (Kobayashi et al. 2021)",
+    explain=("AttnRes-N: the attention output plus the residual stream, split per source token (norms): "
+             "the token's own share includes its residual copy."),
+    what=("**What it shows.** Attention plus the residual connection: the token's own input is added to its "
+          "diagonal cell, and each cell is the norm of the vector that source contributes (AttnRes-N, "
+          "Kobayashi et al. 2021)."),
+    caveats=("**Caveats.** The diagonal is usually large: most of a token's representation is its own. LayerNorm "
+             "after the residual, which rescales and re-centres vectors, is not applied here (see ATTNRESLN)."),
+    reference="Kobayashi et al. 2021",
+    rows_sum_to_one=False, decomposition=True, ratios=("AttnRes-N",), cost="norms", core=True)

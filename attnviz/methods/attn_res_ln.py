@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .. import linear
+from .info import MethodInfo
 from .base import Map, summed_norms
 
 
@@ -53,3 +54,19 @@ def parts(trace, l: int):
     if trace.placement != "post":
         return z, rem
     return linear.distribute_norm(z, rem, w.norm1, r["resid"].double())
+
+
+INFO = MethodInfo(
+    name="attn_res_ln", label="ATTNRESLN", unit="‖g(z)‖ after LN (norm, hidden units)",
+    summary="attention + residual + LayerNorm, norm (Kobayashi et al. 2021)",
+    explain=("ATTNRESLN: like AttnRes-N, after the layer normalisation; adds what LN does to each source's "
+             "share. On models with an attention sink (a first token taking most of the mass, e.g. "
+             "SmolLM2) one column dwarfs the rest: try the log colour scale."),
+    what=("**What it shows.** Attention, residual and the LayerNorm after them, split into one vector per "
+          "source token whose sum is the layer's real output (ATTNRESLN, Kobayashi et al. 2021). Each cell is "
+          "the norm of that source's share after normalisation."),
+    caveats=("**Caveats.** LayerNorm is split linearly by fixing each row's variance at its real value; the bias "
+             "terms form a small remainder that belongs to no token. For pre-LN models (GPT-2, Llama) there is no "
+             "LayerNorm after the residual, so this map equals AttnRes-N. The feed-forward block is not included."),
+    reference="Kobayashi et al. 2021",
+    rows_sum_to_one=False, decomposition=True, ratios=("AttnResLn-N",), cost="norms", core=True)

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from .. import linear
+from .info import MethodInfo
 from .base import Map
 
 EPS = 1e-12  # the authors' guard in the absdot weights and the zero-origin slope
@@ -184,3 +185,20 @@ def compute(trace, *, progress=None) -> Map:
                         + ("gated MLP: each part gets the mean of the two zero-origin linearisations "
                            "(not in the paper)" if trace.weights[0].w_gate is not None else "GeLU zero-origin slope"))
     return Map("decompx", norms, None, meta)
+
+
+INFO = MethodInfo(
+    name="decompx", label="DecompX", unit="‖part of output‖ (norm, hidden units)",
+    summary="input-token decomposition propagated through every layer incl. the FFN, norm (Modarressi et al. 2023)",
+    explain=("DecompX: token i's output at this layer split into one vector per input token, carried through "
+             "every layer; the map shows each part's norm."),
+    what=("**What it shows.** Each layer's output of token i split into one vector per *input* token, carried "
+          "through attention, residuals, norms and the FFN of every layer, the biases shared out over the "
+          "parts (Modarressi et al. 2023). Each cell is the norm of that input token's part; the parts add up "
+          "to the real output."),
+    caveats=("**Caveats.** The FFN's activation is linearised through the origin at the real point, a choice "
+             "of the method. Defined for post-LN encoders with a GeLU FFN; pre-LN decoders and gated MLPs "
+             "(Llama) use the extension described in the library's docs. Not normalised: the unit is the size "
+             "of hidden vectors."),
+    reference="Modarressi et al. 2023",
+    rows_sum_to_one=False, decomposition=True, completeness=True, cost="pairs")

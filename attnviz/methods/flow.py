@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 
 from .base import Map, with_residual
+from .info import MethodInfo, Option
 
 # serial seconds per (pair x edge), measured on the development machine; used only to decide
 # whether a pool is worth its start-up and to show a cost estimate before a long job
@@ -333,6 +334,30 @@ def _column(Ares: np.ndarray, i: int) -> float:
     return float(Ares[:, i, i].min())
 
 
-def compute(trace, workers: Optional[int] = None, progress=None) -> Map:
+def compute(trace, *, progress=None, workers: Optional[int] = None) -> Map:
     A = trace.attention().mean(1)
     return Map("flow", flow(A, workers=workers, progress=progress), None, {"rows_sum_to_one": True})
+
+
+def estimate(lm, n_tokens: int) -> float:
+    """Seconds flow will take for this model and length (the app asks before a long run)."""
+    return estimate_seconds(lm.n_layers, n_tokens, workers=default_workers(),
+                            causal=bool(lm.arch is not None and lm.arch.causal))
+
+
+INFO = MethodInfo(
+    name="flow", label="Attention flow", unit="flow share (of 1)",
+    summary="max-flow through the layered attention graph (Abnar & Zuidema 2020)",
+    explain=("Flow: the maximum flow from token i at this layer to each input token through the layered "
+             "attention graph (same graph as rollout); at layer 1 it equals rollout."),
+    what=("**What it shows.** The layers as a network of pipes: each edge's capacity is the (half attention, "
+          "half identity) weight. The value for row *i*, column *j* is the largest amount that can flow from "
+          "position *i* at this layer down to input token *j*, then each row is scaled to sum to 1."),
+    caveats=("**Caveats.** Same assumptions as rollout. Flow is expensive: one maximum-flow problem per pair of "
+             "tokens per layer, so long texts ask before running. In upper layers with spread-out attention the "
+             "bottleneck is often the input token's own capacity, so all rows become identical: this is a property "
+             "of the method, shown as it is."),
+    reference="Abnar & Zuidema 2020",
+    rows_sum_to_one=True, decomposition=False, cost="flow", core=True, estimate=estimate,
+    options=(Option(name="workers", default=None,
+                    help="processes sharing the max-flow calls (None: ATTNVIZ_FLOW_WORKERS or 1)"),))

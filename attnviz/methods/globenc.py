@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import linear
 from . import attn_res_ln
+from .info import MethodInfo
 from .base import Map, per_layer, summed_norms
 
 
@@ -73,3 +74,18 @@ def compute(trace, *, progress=None) -> Map:
         meta["note"] = ("pre-LN: no LayerNorm on the residual path, so GlobEnc's 'through LN2' does not "
                         "carry over; per-layer map = ||attention + residual|| (attn_res), FFN left out")
     return Map("globenc", shares, None, meta)
+
+
+INFO = MethodInfo(
+    name="globenc", label="GlobEnc", unit="GlobEnc share (of 1)",
+    summary="norms through LN1 and LN2, product over layers, row shares (Modarressi et al. 2022)",
+    explain=("GlobEnc: norms of each source's part through both layer norms of the encoder layer, multiplied "
+             "through the layers."),
+    what=("**What it shows.** The attention block's per-source vectors (as ATTNRESLN) carried through the "
+          "second LayerNorm of the layer, as norms; the layers are multiplied from the bottom up and each row "
+          "is shown as shares of 1 (Modarressi et al. 2022)."),
+    caveats=("**Caveats.** The FFN's own output is left out of the parts (it enters only through the second "
+             "norm's statistics). Defined for post-LN encoders: on pre-LN decoders (GPT-2, Llama) there is no "
+             "norm on the residual path after the FFN, and what remains is AttnRes-N composed the same way."),
+    reference="Modarressi et al. 2022",
+    rows_sum_to_one=True, decomposition=True, cost="norms")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .info import MethodInfo
 from .base import Map, chain, with_residual
 
 
@@ -14,3 +15,21 @@ def rollout(A: np.ndarray) -> np.ndarray:
 
 def compute(trace, *, progress=None) -> Map:
     return Map("rollout", rollout(trace.attention().mean(1)), None, {"rows_sum_to_one": True})
+
+
+INFO = MethodInfo(
+    name="rollout", label="Attention rollout", unit="rollout share (of 1)",
+    summary="product of (0.5 ᾱ + 0.5 I) over layers (Abnar & Zuidema 2020)",
+    explain=("Rollout: attention composed through the layers, with the residual connection counted as half "
+             "of each step ((A + I) / 2, rows renormalised). At layer 1 there is nothing to compose yet, so "
+             "rollout equals the first layer's (A + I) / 2 — and so does flow."),
+    what=("**What it shows.** How much of each *input* token ends up at each position after several layers. "
+          "Each layer is treated as half attention, half identity (the residual connection), and the layers are "
+          "multiplied from the bottom up. Rows sum to 1."),
+    caveats=("**Caveats.** The 50/50 split between attention and residual is an assumption, not measured from the "
+             "model; value vectors, feed-forward layers and LayerNorm are ignored. In upper layers rows tend to "
+             "look alike. Good at ranking input tokens for the final prediction (Abnar & Zuidema 2020), not an "
+             "exact account of the computation."),
+    reference="Abnar & Zuidema 2020",
+    # AttnRes-W = (1 - ᾱ_ii) / 2 is the mixing ratio of one rollout step (0.5 ᾱ + 0.5 I)
+    rows_sum_to_one=True, decomposition=False, ratios=("AttnRes-W",), cost="cheap", core=True)

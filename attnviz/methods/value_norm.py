@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .info import MethodInfo
 from .base import Map, summed_norms
 
 
@@ -16,3 +17,18 @@ def compute(trace, *, progress=None) -> Map:
         heads.append((a * fx.double().norm(dim=-1)[:, None, :]).cpu().numpy())
         layer.append(summed_norms(a, fx))
     return Map("value_norm", np.stack(layer), np.stack(heads), {"rows_sum_to_one": False})
+
+
+INFO = MethodInfo(
+    name="value_norm", label="Value-weighted norm", unit="‖α f(x)‖ (norm, hidden units)",
+    summary="||α f(x)|| (Kobayashi et al. 2020)",
+    explain=("Value-weighted norm: ‖α f(x)‖, how large a vector each source token actually adds through "
+             "attention (a large weight on a small vector adds little)."),
+    what=("**What it shows.** The size of what each source token actually adds: the norm of the attention "
+          "weight times the transformed value vector, ‖α f(x)‖ (Kobayashi et al. 2020). The layer map is the "
+          "norm of the heads' summed vectors (not a sum of norms). Not normalised: the unit is the size of "
+          "hidden vectors."),
+    caveats=("**Caveats.** Still one attention block in isolation: the residual connection and LayerNorm are left "
+             "out (see AttnRes-N and ATTNRESLN). Norms ignore direction: two large contributions can cancel."),
+    reference="Kobayashi et al. 2020",
+    per_head=True, rows_sum_to_one=False, decomposition=True, ratios=("Attn-N",), cost="norms", core=True)

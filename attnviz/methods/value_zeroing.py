@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..models.forward import after_attention
+from .info import MethodInfo
 from .base import Map, chain, per_layer, row_normalise
 
 _CHUNK_BYTES = 96 * 2 ** 20
@@ -80,3 +81,20 @@ def compute(trace, *, progress=None) -> Map:
         meta["note"] = ("pre-LN: the layer output is compared before the final norm; causal: "
                         "receivers before the zeroed source are unchanged (0)")
     return Map("value_zeroing", chain(per), None, meta)
+
+
+INFO = MethodInfo(
+    name="value_zeroing", label="Value zeroing", unit="value-zeroing share (of 1)",
+    summary="cosine distance of the layer output when token j's values are zeroed, rollout over layers (Mohebbi et al. 2023)",
+    explain=("Value zeroing: how much token i's output changes (cosine distance) when source j's value "
+             "vector is zeroed and the layer rerun, as shares, composed through the layers."),
+    what=("**What it shows.** For each layer and source token j: token j's value vectors are set to zero in "
+          "every head, the whole layer (residual, norms, FFN) is rerun, and each cell is the cosine distance "
+          "between token i's new output and its real one, rows scaled to sum to 1; the layers are composed "
+          "like rollout (Mohebbi et al. 2023)."),
+    caveats=("**Caveats.** A distance, not a decomposition: the scores of a row do not add up to anything "
+             "in the model, and zeroing a value is itself an intervention the model never saw. It costs one "
+             "rerun of the layer per source token: slow for long texts. Causal models: a token before j "
+             "does not see j and gets 0."),
+    reference="Mohebbi et al. 2023",
+    rows_sum_to_one=True, decomposition=True, cost="pairs")
