@@ -63,7 +63,7 @@ CAUSAL_PRESETS = {
     "No [MASK] (target = last token)": "the dogs in the garden are",
 }
 DEFAULT_TEXT = PRESETS["Verb number, 1 attractor"]
-DEFAULT_METHODS = ["attention", "rollout", "attn_res_ln"]
+DEFAULT_METHODS = list(METHODS.default_view())  # MethodInfo.default_view
 PRESET_NONE = "— pick an example —"
 AUTO = -1  # the target / source pickers' "automatic" / "all" choice
 

@@ -27,4 +27,4 @@ INFO = MethodInfo(
              "(see the Adversarial page, when present)."),
     reference="Bahdanau et al. 2015; Vaswani et al. 2017",
     per_head=True, layer_map="head mean", rows_sum_to_one=True, decomposition=False, ratios=("Attn-W",),
-    cost="cheap", core=True)
+    cost="cheap", core=True, default_view=True)

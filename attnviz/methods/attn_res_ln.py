@@ -69,4 +69,5 @@ INFO = MethodInfo(
              "terms form a small remainder that belongs to no token. For pre-LN models (GPT-2, Llama) there is no "
              "LayerNorm after the residual, so this map equals AttnRes-N. The feed-forward block is not included."),
     reference="Kobayashi et al. 2021",
-    rows_sum_to_one=False, decomposition=True, ratios=("AttnResLn-N",), cost="norms", core=True)
+    rows_sum_to_one=False, decomposition=True, ratios=("AttnResLn-N",), cost="norms", core=True,
+    default_view=True)

@@ -50,6 +50,7 @@ class MethodInfo:
     # (receiver, source) pair through the FFN or a rerun: ~n times "norms"), "flow" (max-flow per pair)
     shared: str = ""  # entries with the same non-empty key share one computation (counted once in estimates)
     core: bool = False  # in the default set of the faithfulness study
+    default_view: bool = False  # selected on the app's first view
     estimate: Optional[Callable] = None  # estimate(lm, n_tokens) -> seconds, for methods that ask before a long run
     compute: Optional[Callable] = None  # set by register(): compute(trace, *, progress=None, **options) -> Map
 
@@ -130,4 +131,9 @@ class Registry(dict):
         return tuple(r for info in self.values() for r in info.ratios)
 
     def core(self) -> tuple:
+        """The methods of the faithfulness study's default set (MethodInfo.core)."""
         return tuple(n for n, i in self.items() if i.core)
+
+    def default_view(self) -> tuple:
+        """The methods selected on the app's first view (MethodInfo.default_view)."""
+        return tuple(n for n, i in self.items() if i.default_view)

@@ -32,4 +32,4 @@ INFO = MethodInfo(
              "exact account of the computation."),
     reference="Abnar & Zuidema 2020",
     # AttnRes-W = (1 - ᾱ_ii) / 2 is the mixing ratio of one rollout step (0.5 ᾱ + 0.5 I)
-    rows_sum_to_one=True, decomposition=False, ratios=("AttnRes-W",), cost="cheap", core=True)
+    rows_sum_to_one=True, decomposition=False, ratios=("AttnRes-W",), cost="cheap", core=True, default_view=True)
