@@ -57,23 +57,37 @@ def _value_and_grad(act, x: torch.Tensor):
     return y.detach(), g.detach()
 
 
+_IG_BLOCK = 2 ** 18  # elements per block of quadrature nodes: a block's tensors stay in the cache
+
+
+def _node_blocks(steps: int, rule: str, like: torch.Tensor):
+    """Quadrature nodes in blocks of about _IG_BLOCK elements: -> [(t [k, 1, ...], w [k, 1, ...])]."""
+    t, w = linear.quadrature(steps, rule, dtype=like.dtype, device=like.device)
+    k = max(1, _IG_BLOCK // max(1, like.numel()))
+    shape = (-1, *[1] * like.dim())
+    return [(t[i:i + k].view(shape), w[i:i + k].view(shape)) for i in range(0, len(t), k)]
+
+
 def ig_average(act, c: torch.Tensor, S: torch.Tensor, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> torch.Tensor:
-    """c, S [..., I] -> ∫_0^1 act'(c + t S) dt [..., I] by quadrature (elementwise activation)."""
-    t, w = linear.quadrature(steps, rule, dtype=S.dtype, device=S.device)
-    pts = c.unsqueeze(0) + t.view(-1, *[1] * S.dim()) * S.unsqueeze(0)
-    _, g = _value_and_grad(act, pts)
-    return torch.einsum("k,k...->...", w, g)
+    """c, S [..., I] -> ∫_0^1 act'(c + t S) dt [..., I] by quadrature (elementwise activation); the
+    nodes run in cache-sized blocks, each block one batched autograd call."""
+    out = torch.zeros_like(S)
+    for t, w in _node_blocks(steps, rule, S):
+        _, g = _value_and_grad(act, c + t * S)
+        out += (w * g).sum(0)
+    return out
 
 
 def ig_gated(act, cg: torch.Tensor, Sg: torch.Tensor, c: torch.Tensor, S: torch.Tensor,
              steps: int = DEFAULT_STEPS, rule: str = "gauss"):
-    """[..., I] each -> (∫ act'(a_t) ⊙ b_t dt, ∫ act(a_t) dt) with a_t = cg + t Sg, b_t = c + t S."""
-    t, w = linear.quadrature(steps, rule, dtype=S.dtype, device=S.device)
-    shape = (-1, *[1] * S.dim())
-    a = cg.unsqueeze(0) + t.view(shape) * Sg.unsqueeze(0)
-    b = c.unsqueeze(0) + t.view(shape) * S.unsqueeze(0)
-    y, g = _value_and_grad(act, a)
-    return torch.einsum("k,k...->...", w, g * b), torch.einsum("k,k...->...", w, y)
+    """[..., I] each -> (∫ act'(a_t) ⊙ b_t dt, ∫ act(a_t) dt) with a_t = cg + t Sg, b_t = c + t S
+    (nodes in cache-sized blocks)."""
+    A, B = torch.zeros_like(S), torch.zeros_like(S)
+    for t, w in _node_blocks(steps, rule, S):
+        y, g = _value_and_grad(act, cg + t * Sg)
+        A += (w * g * (c + t * S)).sum(0)
+        B += (w * y).sum(0)
+    return A, B
 
 
 def _lin(x, W, b=None):
@@ -111,19 +125,19 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
     act = w.activation()
     S, c = usum @ w.w1, _lin(ur, w.w1, w.b1)
     gated = w.w_gate is not None
+    cd = trace.dtype  # the quadrature runs in the trace's dtype, like the products below
     if gated:
         Sg, cg = usum @ w.w_gate, ur @ w.w_gate
-        coef = list(ig_gated(act, cg, Sg, c, S, steps, rule))
+        coef = list(ig_gated(act, cg.to(cd), Sg.to(cd), c.to(cd), S.to(cd), steps, rule))
         base = act(cg) * c
     else:
-        coef = [ig_average(act, c, S, steps, rule)]
+        coef = [ig_average(act, c.to(cd), S.to(cd), steps, rule)]
         base = act(c)
-    cd = trace.dtype
     mats = [w.w_gate.to(cd), w.w1.to(cd)] if gated else [w.w1.to(cd)]
     fxg = linear.transform(fx64, nrm).to(cd)  # [H, n, d]
     xg = linear.transform(x, nrm).to(cd)  # [n, d]
     # the receiver's factor 1/s_i ⊙ ∫... folded into one [n, I] coefficient per first matrix
-    coef = [(cm / s.reshape(-1, 1)).to(cd) for cm in coef]
+    coef = [(cm.double() / s.reshape(-1, 1)).to(cd) for cm in coef]
     return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r["probs"].to(cd),
                 P=[fxg @ M for M in mats], X=[xg @ M for M in mats], coef=coef, W2=w.w2.to(cd),
                 rF=_lin(base, w.w2, w.b2), bo=bo, I=w.w1.shape[1], gated=gated)
