@@ -176,6 +176,7 @@ def cmd_analyze(args) -> int:
     except UnicodeEncodeError as e:
         raise attnviz.InputError(f"--text is not valid UTF-8 (character {e.start + 1} is an undecodable byte); "
                                  "check the terminal's encoding or pass the text as UTF-8") from None
+    options = parse_options(args.option)  # a wrong --option is said before the model loads
     _quiet_loading()
     lm = attnviz.load_model(args.model)
     methods = _csv(args.methods)
@@ -184,7 +185,7 @@ def cmd_analyze(args) -> int:
 
         methods, _ = available_methods(lm, methods)
     a = attnviz.analyze(lm, args.text, methods=methods, target=args.target, max_tokens=args.max_tokens,
-                        options=parse_options(args.option))
+                        options=options)
     out.parent.mkdir(parents=True, exist_ok=True)
     bad, count = export.nonfinite(a)
     if out.suffix == ".npz":

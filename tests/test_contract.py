@@ -266,3 +266,19 @@ def test_new_method_in_the_app_labels_units_and_about(toy, lm):
     assert "Previous token (toy)" in [t.label for t in at.tabs]
     md = " ".join(m.value for m in at.markdown)
     assert "A fixed pattern, for tests." in md and "It ignores the model entirely." in md
+
+
+def test_cli_option_errors_are_one_line_before_the_model_loads(tmp_path, capsys):
+    from attnviz import cli
+
+    for opt, said in (("stepz=3", "no method declares an option 'stepz'"),
+                      ("atb_ff.rule=simpson", "choose one of gauss, midpoint"),
+                      ("nomethod.steps=3", "unknown method 'nomethod'"),
+                      ("steps", "write NAME=VALUE")):
+        # the model spec does not exist: the option is refused before any load is tried
+        rc = cli.main(["analyze", "--model", str(tmp_path / "no_such_model"), "--text", "a [MASK] b",
+                       "--out", str(tmp_path / "a.json"), "--option", opt])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and said in err and "Traceback" not in err and len(err.splitlines()) == 1, (opt, err)
+    assert cli.parse_options(["steps=8", "atb_ff_res.rule=midpoint", "flow.workers=2"]) == {
+        "steps": 8, "atb_ff_res": {"rule": "midpoint"}, "flow": {"workers": 2}}
