@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..linear import quadrature
 from ..plots import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
 
@@ -329,9 +330,8 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
     m[list(positions)] = 1
     base = e * (1 - m)
     diff = e - base
-    nodes, weights = np.polynomial.legendre.leggauss(steps)
-    alphas = torch.tensor((nodes + 1) / 2, dtype=e.dtype)
-    w = torch.tensor(weights / 2, dtype=torch.float64)
+    t_nodes, w = quadrature(steps, "gauss", device=e.device)  # nodes on [0, 1], weights summing to 1 (float64)
+    alphas = t_nodes.to(e.dtype)
     t = target.position
     if target.output == "hidden" and ref_hidden is None:
         with torch.no_grad():

@@ -300,14 +300,23 @@ def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "ga
     return analyse(trace, steps, rule, progress)["maps"]["atb_ff"]
 
 
+# the options every ATBFF scope takes (atb_ff_res and atb_ff_res_ln declare the same)
+OPTIONS = (Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),
+           Option(name="rule", default="gauss", help="quadrature rule", choices=tuple(RULES)))
+
 INFO = MethodInfo(
     name="atb_ff", label="ATBFF", unit="‖FFN share‖ (norm, hidden units)",
     summary="attention block, then the FFN split by integrated gradients, norm (Kobayashi et al. 2024)",
-    explain=("ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients)."),
-    what=("**What it shows.** How much each source token contributes to the output of the layer's feed-forward block (FFN) alone: the attention block's per-source shares are pushed through the FFN, whose non-linearity is split between sources with integrated gradients (ATBFF, Kobayashi et al. 2024). Each cell is the norm of that source's share."),
-    caveats=('**Caveats.** The split of a non-linear block is a choice (integrated gradients from a zero baseline); the shares add up to the real FFN output only up to a small completeness error, reported with the map. The residual and the LayerNorm around the FFN are not included (see ATBFFRES, ATBFFRESLN).'),
+    explain="ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients).",
+    what=("**What it shows.** How much each source token contributes to the output of the layer's "
+          "feed-forward block (FFN) alone: the attention block's per-source shares are pushed through the "
+          "FFN, whose non-linearity is split between sources with integrated gradients (ATBFF, Kobayashi et "
+          "al. 2024). Each cell is the norm of that source's share."),
+    caveats=("**Caveats.** The split of a non-linear block is a choice (integrated gradients from a zero "
+             "baseline); the shares add up to the real FFN output only up to a small completeness error, "
+             "reported with the map. The residual and the LayerNorm around the FFN are not included (see "
+             "ATBFFRES, ATBFFRESLN)."),
     reference="Kobayashi et al. 2024",
     rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFf-N",), cost="pairs",
-    shared="atb_ff",  # one pass over the layers gives all three scopes (atb_ff.analyse, cached on the trace)
-    options=(Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),
-             Option(name="rule", default="gauss", help="quadrature rule", choices=tuple(RULES))))
+    shared="atb_ff",  # one pass over the layers gives all three scopes (analyse, cached on the trace)
+    options=OPTIONS)

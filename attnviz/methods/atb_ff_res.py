@@ -2,9 +2,9 @@
 token. Computed by atb_ff.analyse together with ATBFF and ATBFFRESLN (one pass, cached on the trace)."""
 from __future__ import annotations
 
-from .atb_ff import DEFAULT_STEPS, RULES, analyse
+from .atb_ff import DEFAULT_STEPS, OPTIONS, analyse
 from .base import Map
-from .info import MethodInfo, Option
+from .info import MethodInfo
 
 
 def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
@@ -15,11 +15,12 @@ def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "ga
 INFO = MethodInfo(
     name="atb_ff_res", label="ATBFFRES", unit="‖share‖ 2nd residual (norm, hidden units)",
     summary="attention block + FFN + second residual, norm (Kobayashi et al. 2024)",
-    explain=('ATBFFRES: ATBFF plus the second residual connection.'),
-    what=('**What it shows.** The whole layer up to the second residual connection: attention, residual, first LayerNorm and FFN, plus the residual around the FFN, as one share per source token (ATBFFRES, Kobayashi et al. 2024).'),
-    caveats=('**Caveats.** Same integrated-gradients split of the FFN as ATBFF, with its completeness error. The final LayerNorm of the layer is not applied (see ATBFFRESLN).'),
+    explain="ATBFFRES: ATBFF plus the second residual connection.",
+    what=("**What it shows.** The whole layer up to the second residual connection: attention, residual, "
+          "first LayerNorm and FFN, plus the residual around the FFN, as one share per source token "
+          "(ATBFFRES, Kobayashi et al. 2024)."),
+    caveats=("**Caveats.** Same integrated-gradients split of the FFN as ATBFF, with its completeness error. "
+             "The final LayerNorm of the layer is not applied (see ATBFFRESLN)."),
     reference="Kobayashi et al. 2024",
     rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFfRes-N",), cost="pairs",
-    shared="atb_ff",  # one pass over the layers gives all three scopes (atb_ff.analyse, cached on the trace)
-    options=(Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),
-             Option(name="rule", default="gauss", help="quadrature rule", choices=tuple(RULES))))
+    shared="atb_ff", options=OPTIONS)

@@ -2,9 +2,9 @@
 token. Computed by atb_ff.analyse together with ATBFF and ATBFFRES (one pass, cached on the trace)."""
 from __future__ import annotations
 
-from .atb_ff import DEFAULT_STEPS, RULES, analyse
+from .atb_ff import DEFAULT_STEPS, OPTIONS, analyse
 from .base import Map
-from .info import MethodInfo, Option
+from .info import MethodInfo
 
 
 def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
@@ -15,11 +15,14 @@ def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "ga
 INFO = MethodInfo(
     name="atb_ff_res_ln", label="ATBFFRESLN", unit="‖share‖ layer output (norm, hidden units)",
     summary="the whole layer: + second LayerNorm (post-LN), norm (Kobayashi et al. 2024)",
-    explain=("ATBFFRESLN: the whole layer's output per source token, after the last layer norm."),
-    what=("**What it shows.** The whole layer, end to end: each source token's share of the layer's real output vector, including the final LayerNorm (ATBFFRESLN, Kobayashi et al. 2024). The most complete of the maps here."),
-    caveats=('**Caveats.** LayerNorm is split linearly at the real variance and the FFN with integrated gradients, so the shares sum to the real output up to the completeness error shown with the map; bias terms form a remainder that belongs to no token. Expensive for long texts. Pre-LN models have no norm after the second residual: the map equals ATBFFRES there.'),
+    explain="ATBFFRESLN: the whole layer's output per source token, after the last layer norm.",
+    what=("**What it shows.** The whole layer, end to end: each source token's share of the layer's real "
+          "output vector, including the final LayerNorm (ATBFFRESLN, Kobayashi et al. 2024). The most "
+          "complete of the maps here."),
+    caveats=("**Caveats.** LayerNorm is split linearly at the real variance and the FFN with integrated "
+             "gradients, so the shares sum to the real output up to the completeness error shown with the "
+             "map; bias terms form a remainder that belongs to no token. Expensive for long texts. Pre-LN "
+             "models have no norm after the second residual: the map equals ATBFFRES there."),
     reference="Kobayashi et al. 2024",
     rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFfResLn-N",), cost="pairs",
-    shared="atb_ff",  # one pass over the layers gives all three scopes (atb_ff.analyse, cached on the trace)
-    options=(Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),
-             Option(name="rule", default="gauss", help="quadrature rule", choices=tuple(RULES))))
+    shared="atb_ff", options=OPTIONS)
