@@ -296,3 +296,36 @@ def test_atb_ff_fused_equals_explicit_parts(tr64, family, monkeypatch):
                 np.testing.assert_allclose(res["ratios"][atb_ff.RATIO_NAMES[k]][l], _ratio_plain(P), atol=1e-12)
                 err = float(((P.sum(1) + rem - real).norm(dim=-1) / real.norm(dim=-1)).max())
                 assert abs(res["maps"][k].meta["completeness"][l] - err) < 1e-12
+
+
+# ------------------------------------------------------------------ ALTI: chunked scores against the full vectors
+@pytest.mark.parametrize("family", FAMS)
+def test_alti_chunked_against_full_vectors(tr64, family, monkeypatch):
+    from attnviz.methods import alti
+
+    tr = tr64(family)
+    n = len(tr.tokens)
+    for chunk in (1, 10 ** 9):
+        monkeypatch.setattr(alti, "_CHUNK_BYTES", chunk)
+        for l in range(tr.n_layers):
+            C, err = alti.layer_scores(tr, l)
+            # plain: every T_i(x_j) written out, the L1 distances and the clipping as in the paper
+            z = _z_plain(tr, l)
+            r, w = tr.layers[l], tr.weights[l]
+            bo = torch.zeros(z.shape[-1], dtype=torch.float64) if w.bo is None else w.bo.double()
+            if tr.placement == "post":
+                T = torch.stack([_ln_plain(z[i], w.norm1, r["resid"][i].double()) for i in range(n)])
+                rem = torch.stack([_ln_plain(bo, w.norm1, r["resid"][i].double()) for i in range(n)])
+                rem = rem + w.norm1.bias.double()
+            else:
+                T, rem = z, bo.expand(n, -1)
+            y = T.sum(1) + rem
+            ref = np.zeros((n, n))
+            for i in range(n):
+                for j in range(n):
+                    if T[i, j].abs().sum() > 0:
+                        ref[i, j] = max(0.0, float(y[i].abs().sum() - (y[i] - T[i, j]).abs().sum()))
+                if ref[i].sum() > 0:  # a row with no positive contribution stays zero
+                    ref[i] /= ref[i].sum()
+            np.testing.assert_allclose(C, ref, atol=1e-12)
+            assert abs(err - alti.layer_contributions(tr, l)[1]) < 1e-12

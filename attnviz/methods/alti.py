@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import linear
 from . import attn_res_ln
 from .info import MethodInfo
 from .base import Map, chain, per_layer, row_normalise
@@ -50,9 +51,46 @@ def layer_contributions(trace, l: int):
     return row_normalise(c), err, T, y
 
 
+_CHUNK_BYTES = 32 * 2 ** 20
+
+
+def layer_scores(trace, l: int):
+    """Layer l (0-based) -> (C [n, n], completeness error): `layer_contributions` without keeping the
+    [n, n, d] vectors -- they are built a chunk of receivers at a time (causal models: sources j <= i
+    only; a source no head attends to, j != i, has T_i(x_j) = 0 and contributes exactly 0)."""
+    r = trace.layers[l]
+    w = trace.weights[l]
+    a, fx, x = r["probs"].double(), trace.fx[l].double(), r["x"].double()
+    n, d = x.shape
+    post = trace.placement == "post"
+    zsum = torch.einsum("hij,hjd->id", a, fx) + x  # Σ_j z_ij
+    rem = (x.new_zeros(d) if w.bo is None else w.bo.double()).expand(n, -1)
+    if post:
+        s = attn_res_ln.ln_scale(trace, l)
+        zsum, rem = linear.distribute_norm(zsum, rem, w.norm1, r["resid"].double())
+    y = zsum + rem
+    real = (r["mid"] if post else r["resid"]).double()
+    err = float(((y - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
+    y1 = y.abs().sum(-1)
+    c = torch.zeros(n, n, dtype=torch.float64, device=x.device)
+    rows = max(1, _CHUNK_BYTES // (8 * n * d))
+    for s0 in range(0, n, rows):
+        sl = slice(s0, min(n, s0 + rows))
+        cols = sl.stop if w.causal else n
+        idx = torch.arange(sl.start, sl.stop, device=x.device)
+        z = torch.einsum("hij,hjd->ijd", a[:, sl, :cols], fx[:, :cols])
+        z[idx - s0, idx] += x[sl]
+        T = linear.distribute(z, w.norm1, s[sl]) if post else z
+        c[sl, :cols] = (y1[sl, None] - (y[sl, None, :] - T).abs().sum(-1)).clamp_min(0)
+    zero = a.sum(0) == 0
+    zero.fill_diagonal_(False)
+    c[zero] = 0
+    return row_normalise(c.cpu().numpy()), err
+
+
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map alti: rollout of the per-layer ALTI contributions (rows sum to 1)."""
-    res = per_layer(trace, lambda tr, l: layer_contributions(tr, l)[:2], progress)  # not the [n, n, d] vectors
+    res = per_layer(trace, layer_scores, progress)  # not the [n, n, d] vectors
     per = np.stack([r[0] for r in res])
     errs = [r[1] for r in res]
     meta = {"rows_sum_to_one": True, "per_layer": per, "completeness": errs,
