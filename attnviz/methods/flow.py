@@ -194,6 +194,9 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
     workers = default_workers() if workers is None else max(1, int(workers))
     if rows is not None:
         return _rows(Ares, want, [int(i) for i in rows], normalize, workers, progress, stats)
+    kern = _kernels()
+    if kern is not None:
+        return _flow_compiled(Ares, want, top, normalize, progress, stats, kern)
     # the cut around each input node; causal: only positions >= j reach it, <= i are reachable
     in_cap = np.cumsum(Ares[0], 0) if _is_causal(Ares) else Ares[0].sum(0)
     F = np.empty((top + 1, n, n))
@@ -238,6 +241,7 @@ def _rows(Ares, want, rows, normalize, workers, progress, stats):
     for i in rows:
         if not 0 <= i < n:
             raise ValueError(f"row {i} is outside 0..{n - 1}")
+    kern = _kernels()
     out = np.empty((len(want), len(rows), n))
     solved = 0
     for k, l in enumerate(want):
@@ -249,7 +253,10 @@ def _rows(Ares, want, rows, normalize, workers, progress, stats):
             pairs = [(i, j) for i in rows for j in range(n)]
             solved += len(pairs)
             w = workers if estimate_pairs(len(pairs), l, n) >= POOL_MIN_SECONDS else 1
-            out[k] = np.array(_solve(Ares, l, pairs, w)).reshape(len(rows), n)
+            if kern is not None:
+                out[k] = _maxflow_pairs(Ares, l, pairs, None, kern).reshape(len(rows), n)
+            else:
+                out[k] = np.array(_solve(Ares, l, pairs, w)).reshape(len(rows), n)
         if progress:
             progress((k + 1) / len(want))
     if stats is not None:
@@ -257,6 +264,128 @@ def _rows(Ares, want, rows, normalize, workers, progress, stats):
     if normalize:
         out = out / out.sum(-1, keepdims=True)
     return out
+
+
+_KERNELS = None
+USE_COMPILED = True  # False: the igraph path (tests compare both with the plain formulation)
+
+
+def _kernels():
+    """The numba kernels (bounds, second-layer cut bound, Dinic max-flow), or None without numba."""
+    global _KERNELS
+    if not USE_COMPILED:
+        return None
+    if _KERNELS is None:
+        try:
+            import numba
+        except ImportError:
+            return None
+        jit = numba.njit(cache=True, nogil=True)
+        _KERNELS = (jit(_bounds_kernel), jit(_lower_two_kernel), jit(_maxflow_kernel))
+    return _KERNELS
+
+
+def _maxflow_pairs(Ares: np.ndarray, l: int, pairs, target, kern) -> np.ndarray:
+    """Raw max-flow values of (i, j) pairs at 0-based layer l with the compiled Dinic kernel.
+    Causal attention: j > i is 0, j = i is position i's own column, other pairs on positions j..i.
+    target: per pair, a proven upper bound at which the search may stop (None: run to the end)."""
+    n = Ares.shape[-1]
+    causal = _is_causal(Ares[: l + 1])
+    I = np.array([p[0] for p in pairs], dtype=np.int64)
+    J = np.array([p[1] for p in pairs], dtype=np.int64)
+    out = np.zeros(len(I))
+    run = (J < I) if causal else np.ones(len(I), bool)
+    if causal:
+        diag = J == I
+        out[diag] = Ares[: l + 1, I[diag], I[diag]].min(0)
+    idx = np.nonzero(run)[0]
+    if len(idx):
+        tgt = np.full(len(idx), np.inf) if target is None else np.asarray(target, float)[idx]
+        _maxflow_run(Ares, l, I[idx], J[idx], causal, tgt, out, idx, kern)
+    return out
+
+
+def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern):
+    n = Ares.shape[-1]
+    w = int((I - J).max()) + 1 if causal else n
+    Ac = np.ascontiguousarray(Ares[: l + 1], dtype=np.float64)
+    R = np.empty((l + 1, w, w))
+    G = np.empty((l + 1, w, w))
+    dist = np.empty((l + 2, w), np.int64)
+    it = np.empty((l + 2, w), np.int64)
+    size = (l + 2) * w + 1
+    qm, qp, pm, pp, pa = (np.empty(size, np.int64) for _ in range(5))
+    vals = np.empty(len(I))
+    kern[2](Ac, l, I, J, causal, target, MAXFLOW_EPS, vals, R, G, dist, it, qm, qp, pm, pp, pa)
+    out[idx] = vals
+
+
+def _flow_compiled(Ares, want, top, normalize, progress, stats, kern):
+    """flow() with the compiled kernels: the same bounds, then Dinic for the pairs they leave open,
+    stopped as soon as the flow reaches the pair's upper bound (within CERTIFY_TOL)."""
+    bounds_k, lower_two_k, _ = kern
+    L, n, _ = Ares.shape
+    causal = _is_causal(Ares[: top + 1])
+    in_cap = np.cumsum(Ares[0], 0) if causal else Ares[0].sum(0)
+    in1 = np.empty(0) if causal else np.ascontiguousarray(in_cap)
+    in2 = np.ascontiguousarray(in_cap) if causal else np.empty((0, 0))
+    F = np.empty((top + 1, n, n))
+    diag = np.arange(n)
+    column = np.minimum.accumulate(Ares[:, diag, diag], axis=0)  # causal j = i: the own column
+    solved = settled = 0
+    total_work = sum(l + 1 for l in range(top + 1)) or 1
+    done = 0
+    lower = np.empty((n, n))
+    upper = np.empty((n, n))
+    for l in range(top + 1):
+        if l == 0:
+            F[0] = Ares[0]
+        elif l == 1:
+            F[1] = np.minimum(Ares[1][:, :, None], Ares[0][None, :, :]).sum(1)
+        else:
+            Al = np.ascontiguousarray(Ares[l])
+            order = np.ascontiguousarray(np.argsort(-F[l - 1], axis=0, kind="stable"))
+            bounds_k(Al, F[l - 1], in1, in2, order, lower, upper, causal)
+            ok = (upper - lower) <= CERTIFY_TOL
+            if causal:
+                ok[diag, diag] = True
+                ok[np.triu_indices(n, 1)] = True
+            if not ok.all():
+                I, J = np.nonzero(~ok)
+                order2 = np.ascontiguousarray(np.argsort(-F[l - 2], axis=0, kind="stable"))
+                count = (F[l - 2] > 0).sum(0)
+                lo2 = np.empty(len(I))
+                lower_two_k(Al, np.ascontiguousarray(Ares[l - 1]), F[l - 2], order2, count,
+                            I.astype(np.int64), J.astype(np.int64), lo2)
+                lower[I, J] = np.maximum(lower[I, J], lo2)
+                ok = (upper - lower) <= CERTIFY_TOL
+                if causal:
+                    ok[diag, diag] = True
+                    ok[np.triu_indices(n, 1)] = True
+            F[l] = upper
+            if causal:
+                F[l, diag, diag] = column[l]
+            I, J = np.nonzero(~ok)
+            settled += int(ok.sum())
+            solved += len(I)
+            if len(I):
+                up = upper[I, J]
+                v = np.empty(len(I))
+                _maxflow_run(Ares, l, I.astype(np.int64), J.astype(np.int64), causal, up - CERTIFY_TOL, v,
+                             np.arange(len(I)), kern)
+                F[l, I, J] = np.where(v >= up - CERTIFY_TOL, up, v)
+        done += l + 1
+        if progress:
+            progress(done / total_work)
+    if stats is not None:
+        stats.update(maxflow_pairs=solved, bounded_pairs=settled)
+    out = F[want]
+    if normalize:
+        out = out / out.sum(-1, keepdims=True)
+    return out
+
+
+MAXFLOW_EPS = 1e-15  # residual capacities at or below this count as zero in the compiled Dinic
 
 
 def estimate_pairs(pairs: int, l: int, n: int) -> float:
@@ -361,3 +490,222 @@ INFO = MethodInfo(
     rows_sum_to_one=True, decomposition=False, cost="flow", core=True, estimate=estimate,
     options=(Option(name="workers", default=None,
                     help="processes sharing the max-flow calls (None: ATTNVIZ_FLOW_WORKERS or 1)"),))
+
+
+# ---- compiled kernels (numba, compiled on first use and cached on disk; see _kernels) ----------
+# Plain functions here, each self-contained (no calls between them), turned into numba functions
+# by _kernels(): importing numba costs ~0.5 s, paid only when flow runs.
+
+def _bounds_kernel(Al, F_prev, in_cap, in_cap_2d, order, lower, upper, only_lower_tri):
+    """The bounds of _bounds for every (i, j) (j <= i only, when only_lower_tri), in one pass per
+    pair instead of [n, n, n] arrays. order[:, j]: k by decreasing F_prev[k, j] (stable)."""
+    n = Al.shape[0]
+    for i in range(n):
+        out_cap = 0.0
+        for k in range(n):
+            out_cap += Al[i, k]
+        for j in range(n):
+            if only_lower_tri and j > i:
+                lower[i, j] = 0.0
+                upper[i, j] = 0.0
+                continue
+            c_in = in_cap_2d[i, j] if in_cap.shape[0] == 0 else in_cap[j]
+            total = 0.0
+            before = 0.0
+            knap = 0.0
+            above = 0.0
+            cut = np.inf
+            for r in range(n):
+                k = order[r, j]
+                f = F_prev[k, j]
+                a = Al[i, k]
+                c = a if a < f else f
+                total += c
+                # cut side: the r largest on the source side, the next value as the member bound
+                if above + f < cut:
+                    cut = above + f
+                above += a
+                # flow side: fractional knapsack, k by decreasing flow
+                if f > 0.0 and c > 0.0:
+                    cost = c / f
+                    fr = (1.0 - before) / cost
+                    if fr > 1.0:
+                        fr = 1.0
+                    elif fr < 0.0:
+                        fr = 0.0
+                    knap += c * fr
+                    before += cost
+            if above < cut:
+                cut = above
+            up = out_cap if out_cap < c_in else c_in
+            upper[i, j] = up if up < total else total
+            lower[i, j] = knap if knap > cut else cut
+
+
+def _lower_two_kernel(Al, Aprev, F_pp, order, count, I, J, out):
+    """_lower_two for the listed pairs (I[t], J[t]); order[:, j] as in _bounds_kernel over F_pp,
+    count[j] how many k' carry flow to j (F_pp[k', j] > 0)."""
+    n = Al.shape[0]
+    acc = np.empty(n)
+    for t in range(I.shape[0]):
+        i = I[t]
+        j = J[t]
+        m = count[j]
+        for k in range(n):
+            acc[k] = 0.0
+        best = np.inf
+        for r in range(m + 1):
+            # K' = the r largest k' (those with F_pp > θ), θ = the next value (0 after the last)
+            theta = F_pp[order[r, j], j] if r < m else 0.0
+            s = theta
+            for k in range(n):
+                a = Al[i, k]
+                s += a if a < acc[k] else acc[k]
+            if s < best:
+                best = s
+            if r < m:
+                kp = order[r, j]
+                for k in range(n):
+                    acc[k] += Aprev[k, kp]
+        out[t] = best
+
+
+def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, dist, it, qm, qp, pm, pp, pa):
+    """Max-flow value from (l+1, I[t]) to (0, J[t]) for each t, Dinic's algorithm on the layered
+    graph read from Ares in place: positions lo..lo+w-1 at levels 1..l (lo = j, w = i - j + 1 when
+    causal, else every position), the source alone at the top, the sink alone at level 0.
+    R[e, p, q]: residual capacity of edge (e+1, p) -> (e, q); G[e, q, p]: its flow (the reverse
+    arc, stored transposed so that both scans read contiguous memory). A pair stops as soon as its
+    value reaches target[t] (a proven upper bound; np.inf: run to the end). Residuals <= eps count
+    as zero (an edge saturated by an augmentation is set to exactly its capacity)."""
+    n = Ares.shape[1]
+    nl = l + 2
+    for t in range(I.shape[0]):
+        i = I[t]
+        j = J[t]
+        if causal:
+            lo = j
+            w = i - j + 1
+        else:
+            lo = 0
+            w = n
+        ii = i - lo
+        jj = j - lo
+        for e in range(l + 1):
+            for p in range(w):
+                for q in range(w):
+                    R[e, p, q] = Ares[e, lo + p, lo + q]
+                    G[e, q, p] = 0.0
+        val = 0.0
+        tgt = target[t]
+        while val < tgt:
+            for m in range(nl):
+                for p in range(w):
+                    dist[m, p] = -1
+                    it[m, p] = 0
+            dist[l + 1, ii] = 0
+            qm[0] = l + 1
+            qp[0] = ii
+            head = 0
+            tail = 1
+            dsink = -1
+            while head < tail:
+                m = qm[head]
+                p = qp[head]
+                head += 1
+                d = dist[m, p]
+                if dsink >= 0 and d >= dsink:
+                    break
+                if m >= 2:
+                    for q in range(w):
+                        if dist[m - 1, q] < 0 and R[m - 1, p, q] > eps:
+                            dist[m - 1, q] = d + 1
+                            qm[tail] = m - 1
+                            qp[tail] = q
+                            tail += 1
+                elif m == 1:
+                    if dist[0, jj] < 0 and R[0, p, jj] > eps:
+                        dist[0, jj] = d + 1
+                        dsink = d + 1
+                if 1 <= m <= l - 1:
+                    for r in range(w):
+                        if dist[m + 1, r] < 0 and G[m, p, r] > eps:
+                            dist[m + 1, r] = d + 1
+                            qm[tail] = m + 1
+                            qp[tail] = r
+                            tail += 1
+            if dsink < 0:
+                break  # no augmenting path: val is the max-flow
+            k = 0
+            pm[0] = l + 1
+            pp[0] = ii
+            while True:
+                m = pm[k]
+                p = pp[k]
+                if m == 0:
+                    b = np.inf
+                    for s in range(k):
+                        a = pa[s]
+                        mm = pm[s]
+                        p0 = pp[s]
+                        rr = R[mm - 1, p0, a] if a < w else G[mm, p0, a - w]
+                        if rr < b:
+                            b = rr
+                    for s in range(k):
+                        a = pa[s]
+                        mm = pm[s]
+                        p0 = pp[s]
+                        if a < w:  # forward: (mm, p0) -> (mm-1, a)
+                            rr = R[mm - 1, p0, a] - b
+                            f = G[mm - 1, a, p0] + b
+                            if rr <= eps:
+                                f += rr
+                                rr = 0.0
+                            R[mm - 1, p0, a] = rr
+                            G[mm - 1, a, p0] = f
+                        else:  # backward: cancel flow on (mm+1, a-w) -> (mm, p0)
+                            r = a - w
+                            f = G[mm, p0, r] - b
+                            rr = R[mm, r, p0] + b
+                            if f <= eps:
+                                rr += f
+                                f = 0.0
+                            G[mm, p0, r] = f
+                            R[mm, r, p0] = rr
+                    val += b
+                    if val >= tgt:
+                        break
+                    k = 0
+                    continue
+                d = dist[m, p]
+                moved = False
+                while it[m, p] < 2 * w:
+                    a = it[m, p]
+                    if a < w:
+                        if (m >= 2 or (m == 1 and a == jj)) and dist[m - 1, a] == d + 1 and R[m - 1, p, a] > eps:
+                            pa[k] = a
+                            pm[k + 1] = m - 1
+                            pp[k + 1] = a
+                            k += 1
+                            moved = True
+                            break
+                    elif 1 <= m <= l - 1:
+                        r = a - w
+                        if dist[m + 1, r] == d + 1 and G[m, p, r] > eps:
+                            pa[k] = a
+                            pm[k + 1] = m + 1
+                            pp[k + 1] = r
+                            k += 1
+                            moved = True
+                            break
+                    else:
+                        it[m, p] = 2 * w
+                        break
+                    it[m, p] += 1
+                if not moved:
+                    if k == 0:
+                        break
+                    dist[m, p] = -2  # dead end in this phase
+                    k -= 1
+                    it[pm[k], pp[k]] += 1
+        out[t] = val
