@@ -26,7 +26,10 @@ def leave_pages_directory_mode() -> None:
     """Streamlit starts a fresh server in the legacy 'pages/ directory' mode until some run calls
     st.navigation; a first request for /heads would then run pages/heads.py alone, without app.py
     (no sidebar, the wrong page list); AppTest even resets the mode before every run. Switch that
-    mode off and rerun, so app.py always runs as the plain entry script (app.py calls this first)."""
+    mode off and rerun, so app.py always runs as the plain entry script (app.py calls this first).
+    Streamlit 1.67 has no public switch for this mode: PagesManager sets it from whether a folder named
+    pages/ sits beside the entry script, so the public way out is to rename this folder (every page file
+    and `from pages import ui` move with it)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     if PagesManager.uses_pages_directory:
