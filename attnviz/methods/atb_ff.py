@@ -109,38 +109,41 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
     s_i of resid_i: post-LN norm1, whose output is the FFN input; pre-LN norm2), so for the FFN's
     first matrices W: u_ij W = (Σ_h α^h_ij P_hj + δ_ij X_i) / s_i with P_hj = (γ ⊙ c(f^h(x_j))) W and
     X_i = (γ ⊙ c(x_i)) W: H n d I + H n² I operations instead of n² d I. The products run in the
-    trace's dtype (float32 by default, as the trace itself); everything else is float64."""
-    w = trace.weights[l].to(torch.float64)
+    trace's dtype (float32 by default, as the trace itself), as do the FFN's matrices on the summed
+    input and the remainder (the weights are used as the trace holds them, never copied); the parts'
+    vectors, norms and sums are float64."""
+    w = trace.weights[l]
+    cd = trace.dtype
     r = trace.layers[l]
     nrm = w.norm1 if w.placement == "post" else w.norm2
     s = linear.norm_scale(r["resid"].double(), nrm)  # [n]
     x = r["x"].double()
     a64, fx64 = r["probs"].double(), trace.fx[l].double()
     zsum = torch.einsum("hij,hjd->id", a64, fx64) + x  # Σ_j z_ij
-    bo = x.new_zeros(x.shape[-1]) if w.bo is None else w.bo
-    usum = linear.distribute(zsum, nrm, s)
+    bo = x.new_zeros(x.shape[-1]) if w.bo is None else w.bo.double()
+    usum = linear.distribute(zsum, nrm, s).to(cd)
     ur = linear.distribute(bo.expand_as(x), nrm, s)
     if nrm.bias is not None:
-        ur = ur + nrm.bias
+        ur = ur + nrm.bias.double()
+    ur = ur.to(cd)
     act = w.activation()
     S, c = usum @ w.w1, _lin(ur, w.w1, w.b1)
     gated = w.w_gate is not None
-    cd = trace.dtype  # the quadrature runs in the trace's dtype, like the products below
     if gated:
         Sg, cg = usum @ w.w_gate, ur @ w.w_gate
-        coef = list(ig_gated(act, cg.to(cd), Sg.to(cd), c.to(cd), S.to(cd), steps, rule))
+        coef = list(ig_gated(act, cg, Sg, c, S, steps, rule))
         base = act(cg) * c
     else:
-        coef = [ig_average(act, c.to(cd), S.to(cd), steps, rule)]
+        coef = [ig_average(act, c, S, steps, rule)]
         base = act(c)
-    mats = [w.w_gate.to(cd), w.w1.to(cd)] if gated else [w.w1.to(cd)]
+    mats = [w.w_gate, w.w1] if gated else [w.w1]
     fxg = linear.transform(fx64, nrm).to(cd)  # [H, n, d]
     xg = linear.transform(x, nrm).to(cd)  # [n, d]
     # the receiver's factor 1/s_i ⊙ ∫... folded into one [n, I] coefficient per first matrix
     coef = [(cm.double() / s.reshape(-1, 1)).to(cd) for cm in coef]
     return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r["probs"].to(cd),
-                P=[fxg @ M for M in mats], X=[xg @ M for M in mats], coef=coef, W2=w.w2.to(cd),
-                rF=_lin(base, w.w2, w.b2), bo=bo, I=w.w1.shape[1], gated=gated)
+                P=[fxg @ M for M in mats], X=[xg @ M for M in mats], coef=coef, W2=w.w2,
+                rF=_lin(base, w.w2, w.b2).double(), bo=bo, I=w.w1.shape[1], gated=gated)
 
 
 def _rows(n: int, I: int, gated: bool) -> int:
