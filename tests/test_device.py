@@ -83,3 +83,15 @@ def test_cuda_equals_cpu(tokenizer, family):
     for k in NO_FLOW:
         scale = max(1.0, float(np.abs(a.maps[k].layer).max()))
         np.testing.assert_allclose(b.maps[k].layer, a.maps[k].layer, atol=1e-4 * scale)
+
+
+def test_output_kind_decided_from_the_model_class(tokenizer):
+    """LoadedModel.output_kind: a vocabulary distribution for masked / causal LMs, labels for a
+    classifier, the hidden state for a bare encoder (by model class, written out here)."""
+    expected = {"bert": "token", "bert-cls": "sequence", "bert-base": "hidden", "roberta": "token",
+                "electra": "token", "distilbert": "token", "gpt2": "token", "llama": "token",
+                "mistral": "token", "qwen2": "token"}
+    for name, (cls, cfg) in tiny_configs(tokenizer.vocab_size).items():
+        torch.manual_seed(0)
+        lm = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, check=False)
+        assert lm.output_kind == expected[name], name

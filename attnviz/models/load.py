@@ -89,6 +89,17 @@ class LoadedModel:
         return getattr(c, "num_attention_heads", None) or getattr(c, "n_heads", None) or getattr(c, "n_head")
 
     @property
+    def output_kind(self) -> str:
+        """What the model outputs at the target: "token" (a distribution over the vocabulary: masked or
+        causal LM), "sequence" (a classifier's labels) or "hidden" (no output head: the final hidden
+        state). The one place that decides it."""
+        if self.task == "classification" or (self.arch is not None and self.arch.head_kind == "sequence"):
+            return "sequence"
+        if self.task in ("masked_lm", "causal_lm"):
+            return "token"
+        return "hidden"
+
+    @property
     def decompositions_ok(self) -> bool:
         return self.arch is not None and self.check is not None and self.check.ok
 
