@@ -107,6 +107,14 @@ def default_workers() -> int:
     return max(1, int(env)) if env and env.strip().isdigit() else 1
 
 
+def default_threads() -> int:
+    """Threads for the compiled max-flow calls: ATTNVIZ_FLOW_WORKERS if set, else min(2, CPUs)."""
+    env = os.environ.get("ATTNVIZ_FLOW_WORKERS")
+    if env and env.strip().isdigit():
+        return max(1, int(env))
+    return max(1, min(2, os.cpu_count() or 1))
+
+
 def _bounds(Al: np.ndarray, F_prev: np.ndarray, in_cap: np.ndarray):
     """Exact bounds on layer-l flows from layer l-1 flows -> (lower [n,n], upper [n,n]).
 
@@ -191,12 +199,15 @@ def flow(A: np.ndarray, normalize: bool = True, layers: Optional[Iterable[int]] 
         if not 0 <= l < L:
             raise ValueError(f"layer {l} is outside 0..{L - 1}")
     top = max(want) if want else -1
-    workers = default_workers() if workers is None else max(1, int(workers))
+    if _kernels() is not None:  # compiled path: workers are threads, cheap to start
+        workers = default_threads() if workers is None else max(1, int(workers))
+    else:
+        workers = default_workers() if workers is None else max(1, int(workers))
     if rows is not None:
         return _rows(Ares, want, [int(i) for i in rows], normalize, workers, progress, stats)
     kern = _kernels()
     if kern is not None:
-        return _flow_compiled(Ares, want, top, normalize, progress, stats, kern)
+        return _flow_compiled(Ares, want, top, normalize, progress, stats, kern, workers)
     # the cut around each input node; causal: only positions >= j reach it, <= i are reachable
     in_cap = np.cumsum(Ares[0], 0) if _is_causal(Ares) else Ares[0].sum(0)
     F = np.empty((top + 1, n, n))
@@ -254,7 +265,7 @@ def _rows(Ares, want, rows, normalize, workers, progress, stats):
             solved += len(pairs)
             w = workers if estimate_pairs(len(pairs), l, n) >= POOL_MIN_SECONDS else 1
             if kern is not None:
-                out[k] = _maxflow_pairs(Ares, l, pairs, None, kern).reshape(len(rows), n)
+                out[k] = _maxflow_pairs(Ares, l, pairs, None, kern, workers).reshape(len(rows), n)
             else:
                 out[k] = np.array(_solve(Ares, l, pairs, w)).reshape(len(rows), n)
         if progress:
@@ -285,7 +296,7 @@ def _kernels():
     return _KERNELS
 
 
-def _maxflow_pairs(Ares: np.ndarray, l: int, pairs, target, kern) -> np.ndarray:
+def _maxflow_pairs(Ares: np.ndarray, l: int, pairs, target, kern, threads: int = 1) -> np.ndarray:
     """Raw max-flow values of (i, j) pairs at 0-based layer l with the compiled Dinic kernel.
     Causal attention: j > i is 0, j = i is position i's own column, other pairs on positions j..i.
     target: per pair, a proven upper bound at which the search may stop (None: run to the end)."""
@@ -301,26 +312,49 @@ def _maxflow_pairs(Ares: np.ndarray, l: int, pairs, target, kern) -> np.ndarray:
     idx = np.nonzero(run)[0]
     if len(idx):
         tgt = np.full(len(idx), np.inf) if target is None else np.asarray(target, float)[idx]
-        _maxflow_run(Ares, l, I[idx], J[idx], causal, tgt, out, idx, kern)
+        _maxflow_run(Ares, l, I[idx], J[idx], causal, tgt, out, idx, kern, threads)
     return out
 
 
-def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern):
+def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1):
+    """Run the Dinic kernel on pairs (I, J) of layer l, results into out[idx]. threads > 1: the
+    pairs are dealt out in turn to that many threads (the kernel releases the GIL), each with its
+    own work arrays."""
     n = Ares.shape[-1]
-    w = int((I - J).max()) + 1 if causal else n
     Ac = np.ascontiguousarray(Ares[: l + 1], dtype=np.float64)
-    R = np.empty((l + 1, w, w))
-    G = np.empty((l + 1, w, w))
-    dist = np.empty((l + 2, w), np.int64)
-    it = np.empty((l + 2, w), np.int64)
-    size = (l + 2) * w + 1
-    qm, qp, pm, pp, pa = (np.empty(size, np.int64) for _ in range(5))
     vals = np.empty(len(I))
-    kern[2](Ac, l, I, J, causal, target, MAXFLOW_EPS, vals, R, G, dist, it, qm, qp, pm, pp, pa)
+
+    def chunk(sel):
+        R = Ac.copy()
+        G = np.zeros_like(Ac)
+        nz = np.zeros((l + 2, n), np.int64)
+        dist = np.empty((l + 2, n), np.int64)
+        it = np.empty((l + 2, n), np.int64)
+        size = (l + 2) * n + 1
+        qm, qp, pm, pp, pa = (np.empty(size, np.int64) for _ in range(5))
+        lim, used, ask = (np.empty(size + 1) for _ in range(3))
+        touched = TOUCH_CAP or max(1 << 16, min((l + 1) * n * n, 1 << 22))
+        te, tp, tq = (np.empty(touched, np.int64) for _ in range(3))
+        v = np.empty(len(sel))
+        st = np.zeros(4, np.int64)
+        kern[2](Ac, l, I[sel], J[sel], causal, target[sel], MAXFLOW_EPS, v, R, G, nz, dist, it, qm, qp, pm, pp,
+                pa, lim, used, ask, te, tp, tq, st)
+        vals[sel] = v
+        return st
+
+    threads = max(1, min(int(threads), len(I) // 64 or 1))
+    if threads == 1:
+        st = chunk(np.arange(len(I)))
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as ex:
+            st = sum(ex.map(chunk, [np.arange(c, len(I), threads) for c in range(threads)]))
     out[idx] = vals
+    return st
 
 
-def _flow_compiled(Ares, want, top, normalize, progress, stats, kern):
+def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1):
     """flow() with the compiled kernels: the same bounds, then Dinic for the pairs they leave open,
     stopped as soon as the flow reaches the pair's upper bound (within CERTIFY_TOL)."""
     bounds_k, lower_two_k, _ = kern
@@ -337,6 +371,7 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern):
     done = 0
     lower = np.empty((n, n))
     upper = np.empty((n, n))
+    kst = np.zeros(4, np.int64)
     for l in range(top + 1):
         if l == 0:
             F[0] = Ares[0]
@@ -371,20 +406,22 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern):
             if len(I):
                 up = upper[I, J]
                 v = np.empty(len(I))
-                _maxflow_run(Ares, l, I.astype(np.int64), J.astype(np.int64), causal, up - CERTIFY_TOL, v,
-                             np.arange(len(I)), kern)
+                kst += _maxflow_run(Ares, l, I.astype(np.int64), J.astype(np.int64), causal, up - CERTIFY_TOL,
+                                    v, np.arange(len(I)), kern, threads)
                 F[l, I, J] = np.where(v >= up - CERTIFY_TOL, up, v)
         done += l + 1
         if progress:
             progress(done / total_work)
     if stats is not None:
-        stats.update(maxflow_pairs=solved, bounded_pairs=settled)
+        stats.update(maxflow_pairs=solved, bounded_pairs=settled, maxflow_phases=int(kst[0]),
+                     edge_updates=int(kst[1]), stopped_at_upper=int(kst[2]))
     out = F[want]
     if normalize:
         out = out / out.sum(-1, keepdims=True)
     return out
 
 
+TOUCH_CAP = None  # edges changed per pair that are listed for restoring (None: sized from the layer)
 MAXFLOW_EPS = 1e-15  # residual capacities at or below this count as zero in the compiled Dinic
 
 
@@ -570,142 +607,218 @@ def _lower_two_kernel(Al, Aprev, F_pp, order, count, I, J, out):
         out[t] = best
 
 
-def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, dist, it, qm, qp, pm, pp, pa):
-    """Max-flow value from (l+1, I[t]) to (0, J[t]) for each t, Dinic's algorithm on the layered
-    graph read from Ares in place: positions lo..lo+w-1 at levels 1..l (lo = j, w = i - j + 1 when
-    causal, else every position), the source alone at the top, the sink alone at level 0.
-    R[e, p, q]: residual capacity of edge (e+1, p) -> (e, q); G[e, q, p]: its flow (the reverse
-    arc, stored transposed so that both scans read contiguous memory). A pair stops as soon as its
-    value reaches target[t] (a proven upper bound; np.inf: run to the end). Residuals <= eps count
-    as zero (an edge saturated by an augmentation is set to exactly its capacity)."""
+def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it, qm, qp, pm, pp, pa, lim, used, ask,
+                    te, tp, tq, st):
+    """Max-flow value from (l+1, I[t]) to (0, J[t]) for each t: Dinic's algorithm on the layered
+    graph of Ares[:l+1] (positions j..i at levels 1..l when causal, else all; the source alone at
+    the top, the sink alone at level 0), stopping as soon as the value reaches target[t] (a proven
+    upper bound; np.inf: to the end). R[e, p, q] = Ares[e, p, q] on entry: the residual capacity
+    of edge (e+1, p) -> (e, q); G[e, q, p] = 0: its flow, stored transposed so that the scans of
+    the reverse arcs read contiguous memory; nz[m, p]: edges into (m, p) carrying flow (no reverse
+    scan where 0). The first phase runs on the layers themselves (every edge goes one level down,
+    so no search is needed to layer the graph); later phases search the residual graph. Edges
+    changed are listed (te, tp, tq) and restored after each pair. Residuals <= eps count as 0."""
     n = Ares.shape[1]
     nl = l + 2
+    cap_t = te.shape[0]
     for t in range(I.shape[0]):
         i = I[t]
         j = J[t]
-        if causal:
-            lo = j
-            w = i - j + 1
-        else:
-            lo = 0
-            w = n
-        ii = i - lo
-        jj = j - lo
-        for e in range(l + 1):
-            for p in range(w):
-                for q in range(w):
-                    R[e, p, q] = Ares[e, lo + p, lo + q]
-                    G[e, q, p] = 0.0
+        lo = j if causal else 0
+        hi = i + 1 if causal else n
+        for m in range(nl):
+            for p in range(lo, hi):
+                nz[m, p] = 0
+        ntouch = 0
+        overflow = False
         val = 0.0
         tgt = target[t]
+        phase = 0
         while val < tgt:
             for m in range(nl):
-                for p in range(w):
+                for p in range(lo, hi):
+                    it[m, p] = lo
                     dist[m, p] = -1
-                    it[m, p] = 0
-            dist[l + 1, ii] = 0
-            qm[0] = l + 1
-            qp[0] = ii
-            head = 0
-            tail = 1
-            dsink = -1
-            while head < tail:
-                m = qm[head]
-                p = qp[head]
-                head += 1
-                d = dist[m, p]
-                if dsink >= 0 and d >= dsink:
-                    break
-                if m >= 2:
-                    for q in range(w):
-                        if dist[m - 1, q] < 0 and R[m - 1, p, q] > eps:
-                            dist[m - 1, q] = d + 1
-                            qm[tail] = m - 1
-                            qp[tail] = q
-                            tail += 1
-                elif m == 1:
-                    if dist[0, jj] < 0 and R[0, p, jj] > eps:
-                        dist[0, jj] = d + 1
-                        dsink = d + 1
-                if 1 <= m <= l - 1:
-                    for r in range(w):
-                        if dist[m + 1, r] < 0 and G[m, p, r] > eps:
-                            dist[m + 1, r] = d + 1
-                            qm[tail] = m + 1
-                            qp[tail] = r
-                            tail += 1
-            if dsink < 0:
-                break  # no augmenting path: val is the max-flow
+            if phase == 0:
+                for m in range(1, l + 1):
+                    for p in range(lo, hi):
+                        dist[m, p] = l + 1 - m
+                dist[l + 1, i] = 0
+                dist[0, j] = l + 1
+            else:
+                dist[l + 1, i] = 0
+                qm[0] = l + 1
+                qp[0] = i
+                head = 0
+                tail = 1
+                dsink = -1
+                while head < tail:
+                    m = qm[head]
+                    p = qp[head]
+                    head += 1
+                    st[3] += 1
+                    d = dist[m, p]
+                    if dsink >= 0 and d >= dsink:
+                        break
+                    if m >= 2:
+                        for q in range(lo, hi):
+                            if dist[m - 1, q] < 0 and R[m - 1, p, q] > eps:
+                                dist[m - 1, q] = d + 1
+                                qm[tail] = m - 1
+                                qp[tail] = q
+                                tail += 1
+                    elif m == 1:
+                        if dist[0, j] < 0 and R[0, p, j] > eps:
+                            dist[0, j] = d + 1
+                            dsink = d + 1
+                    if 1 <= m <= l - 1 and nz[m, p] > 0:
+                        for r in range(lo, hi):
+                            if dist[m + 1, r] < 0 and G[m, p, r] > eps:
+                                dist[m + 1, r] = d + 1
+                                qm[tail] = m + 1
+                                qp[tail] = r
+                                tail += 1
+                if dsink < 0:
+                    break  # no augmenting path: val is the max-flow
+            phase += 1
+            st[0] += 1
+            # blocking flow: depth-first along arcs one step further from the source, each frame
+            # k asking its node for up to lim[k] and pushing it on through several arcs in turn
+            # (current arcs it[m, p]: positions lo..hi-1 down, then hi..2hi-lo-1 up to r = a-hi+lo)
+            top_arc = 2 * hi - lo
             k = 0
             pm[0] = l + 1
-            pp[0] = ii
+            pp[0] = i
+            lim[0] = tgt - val
+            used[0] = 0.0
+            ret = -1.0  # >= 0: the amount frame k + 1 just pushed
             while True:
                 m = pm[k]
                 p = pp[k]
-                if m == 0:
-                    b = np.inf
-                    for s in range(k):
-                        a = pa[s]
-                        mm = pm[s]
-                        p0 = pp[s]
-                        rr = R[mm - 1, p0, a] if a < w else G[mm, p0, a - w]
-                        if rr < b:
-                            b = rr
-                    for s in range(k):
-                        a = pa[s]
-                        mm = pm[s]
-                        p0 = pp[s]
-                        if a < w:  # forward: (mm, p0) -> (mm-1, a)
-                            rr = R[mm - 1, p0, a] - b
-                            f = G[mm - 1, a, p0] + b
+                if ret >= 0.0:
+                    # the child through arc pa[k] pushed ret: record it on that arc
+                    a = pa[k]
+                    x = ret
+                    ret = -1.0
+                    if x > 0.0:
+                        if a < hi:  # down: edge (m, p) -> (m-1, a)
+                            e = m - 1
+                            src = p
+                            dst = a
+                            rr = R[e, src, dst] - x
+                            f0 = G[e, dst, src]
+                            f = f0 + x
                             if rr <= eps:
                                 f += rr
                                 rr = 0.0
-                            R[mm - 1, p0, a] = rr
-                            G[mm - 1, a, p0] = f
-                        else:  # backward: cancel flow on (mm+1, a-w) -> (mm, p0)
-                            r = a - w
-                            f = G[mm, p0, r] - b
-                            rr = R[mm, r, p0] + b
+                        else:  # up: cancel flow on edge (m+1, r) -> (m, p)
+                            e = m
+                            src = a - hi + lo
+                            dst = p
+                            f0 = G[e, dst, src]
+                            f = f0 - x
+                            rr = R[e, src, dst] + x
                             if f <= eps:
                                 rr += f
                                 f = 0.0
-                            G[mm, p0, r] = f
-                            R[mm, r, p0] = rr
-                    val += b
-                    if val >= tgt:
-                        break
-                    k = 0
+                        R[e, src, dst] = rr
+                        G[e, dst, src] = f
+                        if f0 <= eps < f:
+                            nz[e, dst] += 1
+                        elif f <= eps < f0:
+                            nz[e, dst] -= 1
+                        if ntouch < cap_t:
+                            te[ntouch] = e
+                            tp[ntouch] = src
+                            tq[ntouch] = dst
+                            ntouch += 1
+                        else:
+                            overflow = True
+                        used[k] += x
+                        st[1] += 1
+                    if x < ask[k + 1]:
+                        it[m, p] += 1  # the arc is saturated or the child is blocked
+                    else:
+                        # the child took all it was asked: the arc is saturated or this node's
+                        # limit is reached
+                        if a < hi:
+                            if R[m - 1, p, a] <= eps:
+                                it[m, p] += 1
+                        elif G[m, p, a - hi + lo] <= eps:
+                            it[m, p] += 1
+                    if used[k] >= lim[k]:
+                        if k == 0:
+                            break
+                        ret = used[k]
+                        k -= 1
+                        continue
+                if m == 0:  # the sink takes everything
+                    ret = lim[k]
+                    k -= 1
                     continue
                 d = dist[m, p]
                 moved = False
-                while it[m, p] < 2 * w:
+                while it[m, p] < top_arc:
                     a = it[m, p]
-                    if a < w:
-                        if (m >= 2 or (m == 1 and a == jj)) and dist[m - 1, a] == d + 1 and R[m - 1, p, a] > eps:
-                            pa[k] = a
-                            pm[k + 1] = m - 1
-                            pp[k + 1] = a
-                            k += 1
-                            moved = True
-                            break
-                    elif 1 <= m <= l - 1:
-                        r = a - w
-                        if dist[m + 1, r] == d + 1 and G[m, p, r] > eps:
-                            pa[k] = a
-                            pm[k + 1] = m + 1
-                            pp[k + 1] = r
-                            k += 1
-                            moved = True
-                            break
+                    if a < hi:
+                        if m >= 2 or (m == 1 and a == j):
+                            if dist[m - 1, a] == d + 1:
+                                rr = R[m - 1, p, a]
+                                if rr > eps:
+                                    c = lim[k] - used[k]
+                                    pa[k] = a
+                                    pm[k + 1] = m - 1
+                                    pp[k + 1] = a
+                                    ask[k + 1] = rr if rr < c else c
+                                    lim[k + 1] = ask[k + 1]
+                                    used[k + 1] = 0.0
+                                    k += 1
+                                    moved = True
+                                    break
+                        elif m == 1:
+                            it[m, p] = j if a < j else hi
+                            continue
+                    elif 1 <= m <= l - 1 and nz[m, p] > 0:
+                        r = a - hi + lo
+                        if dist[m + 1, r] == d + 1:
+                            rr = G[m, p, r]
+                            if rr > eps:
+                                c = lim[k] - used[k]
+                                pa[k] = a
+                                pm[k + 1] = m + 1
+                                pp[k + 1] = r
+                                ask[k + 1] = rr if rr < c else c
+                                lim[k + 1] = ask[k + 1]
+                                used[k + 1] = 0.0
+                                k += 1
+                                moved = True
+                                break
                     else:
-                        it[m, p] = 2 * w
+                        it[m, p] = top_arc
                         break
                     it[m, p] += 1
                 if not moved:
+                    # every arc is used up: this node is blocked for the rest of the phase
+                    dist[m, p] = -2
                     if k == 0:
                         break
-                    dist[m, p] = -2  # dead end in this phase
+                    ret = used[k]
                     k -= 1
-                    it[pm[k], pp[k]] += 1
+            val += used[0]
+            if used[0] <= 0.0 and phase > 1:
+                break
         out[t] = val
+        if val >= tgt:
+            st[2] += 1
+        # restore R and G for the next pair
+        if overflow:
+            for e in range(l + 1):
+                for p in range(lo, hi):
+                    for q in range(lo, hi):
+                        R[e, p, q] = Ares[e, p, q]
+                        G[e, q, p] = 0.0
+        else:
+            for s in range(ntouch):
+                e = te[s]
+                R[e, tp[s], tq[s]] = Ares[e, tp[s], tq[s]]
+                G[e, tq[s], tp[s]] = 0.0
