@@ -4,11 +4,11 @@ Cases: pkg:smollm2 (30 causal layers) at 32 and 128 tokens, pkg:minilm (6 layers
 one paragraph of ordinary English. For each: one plain forward pass of the model (median of 5), the
 paper's way (networkx edmonds_karp per pair on the whole layered graph, timed on sampled pairs of
 a few layers and extrapolated to every pair, linear in the layer), attnviz.methods.flow for all
-layers and for the target row alone (the last token's row of the top layer), and the largest
-difference to networkx on the sampled pairs.
+layers and for the target row alone (the last token's row of the top layer), with 1 and 2 threads
+(--flow-threads), and the largest difference to networkx on the sampled pairs.
     python bench/scale_flow.py [--cases smollm2:32,smollm2:128,minilm:128] [--ref-pairs 2] [--old]
---old also times the flow.py of a git revision (default HEAD~2, before the causal paths) on the
-same attention, given up after --old-limit seconds.
+--old also times the flow.py of a git revision (default 998fc74: igraph max-flow per open pair,
+before the compiled kernels) on the same attention, one process, given up after --old-limit seconds.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def old_time(A, rev, limit):
         pkg = Path(d) / "oldflow"
         pkg.mkdir()
         (pkg / "__init__.py").write_text("")
-        (pkg / "flow.py").write_text(src.replace("from .base import", "from attnviz.methods.base import"))
+        (pkg / "flow.py").write_text(src.replace("from .", "from attnviz.methods."))
         np.save(Path(d) / "A.npy", A)
         code = ("import sys, time, numpy as np; sys.path.insert(0, sys.argv[1]); from oldflow.flow import flow; "
                 "A = np.load(sys.argv[1] + '/A.npy'); t = time.perf_counter(); flow(A, workers=1); "
@@ -113,7 +113,8 @@ def main():
     ap.add_argument("--ref-pairs", type=int, default=2, help="networkx pairs timed per sampled layer")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--old", action="store_true", help="also time an older flow.py on the same attention")
-    ap.add_argument("--old-rev", default="HEAD~2")
+    ap.add_argument("--old-rev", default="998fc74")
+    ap.add_argument("--flow-threads", default="1,2", help="thread counts to time flow with")
     ap.add_argument("--old-limit", type=float, default=900.0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -128,23 +129,30 @@ def main():
             continue
         A, fwd = attention_and_forward(f"pkg:{name}", n)
         L = A.shape[0]
-        stats = {}
-        t = time.perf_counter()
-        raw = flow(A, normalize=False, workers=1, stats=stats)
-        t_all = time.perf_counter() - t
-        t = time.perf_counter()
-        row = flow(A, normalize=False, layers=[L - 1], rows=[n - 1], workers=1)
-        t_row = time.perf_counter() - t
-        row_diff = float(np.abs(row[0, 0] - raw[L - 1, n - 1]).max())
+        flow(A[:3, :4, :4])  # compiles the kernels on a first run (cached on disk afterwards)
+        timed = []
+        for th in [int(x) for x in args.flow_threads.split(",")]:
+            stats = {}
+            t = time.perf_counter()
+            raw = flow(A, normalize=False, workers=th, stats=stats)
+            t_all = time.perf_counter() - t
+            t = time.perf_counter()
+            row = flow(A, normalize=False, layers=[L - 1], rows=[n - 1], workers=th)
+            t_row = time.perf_counter() - t
+            timed.append((th, t_all, t_row, float(np.abs(row[0, 0] - raw[L - 1, n - 1]).max())))
         ref_all, ref_row, diff, checked = reference(A, args.ref_pairs, np.random.default_rng(0), raw)
         print(f"{case}: {L} layers x {n} tokens, forward pass {fwd * 1e3:.0f} ms (median of 5)")
         print(f"  pairs settled by bounds {stats['bounded_pairs']}, by max-flow calls {stats['maxflow_pairs']} "
-              f"(layers 1-2 and causal zeros in closed form)")
+              f"(layers 1-2 and causal zeros in closed form); of those, stopped at the upper bound "
+              f"{stats.get('stopped_at_upper', '-')}, Dinic phases {stats.get('maxflow_phases', '-')}, "
+              f"arc flow updates {stats.get('edge_updates', '-')}")
         print(f"  networkx edmonds_karp (paper), extrapolated: all layers {ref_all:9.0f} s   target row {ref_row:7.1f} s")
-        print(f"  attnviz flow, one process           : all layers {t_all:9.2f} s   target row {t_row:7.2f} s")
-        print(f"    = x forward pass                  : all layers {t_all / fwd:9.0f} x   target row {t_row / fwd:7.1f} x")
-        print(f"    speed-up vs networkx              : all layers {ref_all / t_all:9.0f} x   target row {ref_row / t_row:7.0f} x")
-        print(f"  max |diff| vs networkx on {checked} sampled pairs: {diff:.1e}; target row vs full run: {row_diff:.1e}")
+        for th, t_all, t_row, row_diff in timed:
+            print(f"  attnviz flow, {th} thread(s)          : all layers {t_all:9.2f} s   target row {t_row:7.2f} s")
+            print(f"    = x forward pass                  : all layers {t_all / fwd:9.0f} x   target row {t_row / fwd:7.1f} x")
+            print(f"    speed-up vs networkx              : all layers {ref_all / t_all:9.0f} x   target row {ref_row / t_row:7.0f} x")
+        print(f"  max |diff| vs networkx on {checked} sampled pairs: {diff:.1e}; target row vs full run: "
+              f"{max(t[3] for t in timed):.1e}")
         if args.old:
             t_old = old_time(A, args.old_rev, args.old_limit)
             shown = f"{t_old:.1f} s = {t_old / fwd:.0f} x forward" if t_old else f"> {args.old_limit:.0f} s (given up)"

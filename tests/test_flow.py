@@ -1,5 +1,7 @@
 """Attention flow: every sped-up path (closed forms for layers 1-2, bounds, causal pruning, per-sink
-graphs, zero-capacity edges dropped) against the plain formulation — max-flow on the whole layered
+graphs, zero-capacity edges dropped; the compiled bounds and Dinic kernels with their early stop at
+the upper bound, threads and edge restoring, and the igraph path used without numba) against the
+plain formulation — max-flow on the whole layered
 graph (nodes (layer 0..L, position), an edge (l, i) -> (l-1, j) of capacity A_l[i, j] for every
 i, j, zero capacities included), one call per pair, with igraph and with networkx."""
 from __future__ import annotations
@@ -12,6 +14,19 @@ import pytest
 
 from attnviz.methods import flow, with_residual
 from attnviz.methods.flow import _is_causal
+
+flow_module = importlib.import_module("attnviz.methods.flow")  # the module (the package exports the function)
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed")
+
+
+@pytest.fixture(params=["compiled", "igraph"])
+def path(request, monkeypatch):
+    """Run a test with the numba kernels and again with the igraph path (numba absent)."""
+    if request.param == "compiled" and not HAVE_NUMBA:
+        pytest.skip("numba not installed")
+    monkeypatch.setattr(flow_module, "USE_COMPILED", request.param == "compiled")
+    return request.param
 
 
 def _plain_graph(A):
@@ -79,7 +94,7 @@ def _sparse(L, n, seed, keep=0.3):
     (lambda L, n, s: _causal(L, n, s, peak=12.0), 5, 11, 2),
     (_dense, 5, 8, 3), (_sparse, 6, 9, 4), (lambda L, n, s: _dense(L, n, s, peak=12.0), 4, 10, 5),
 ])
-def test_flow_equals_plain_igraph_on_every_pair(make, L, n, seed):
+def test_flow_equals_plain_igraph_on_every_pair(make, L, n, seed, path):
     A = make(L, n, seed)
     stats = {}
     ours = flow(A, normalize=False, workers=1, stats=stats)
@@ -89,7 +104,7 @@ def test_flow_equals_plain_igraph_on_every_pair(make, L, n, seed):
     assert stats["maxflow_pairs"] + stats["bounded_pairs"] == (L - 2) * n * n
 
 
-def test_causal_detection_and_pruning_paths():
+def test_causal_detection_and_pruning_paths(path):
     A = _causal(7, 12, 6, sink=1.0)
     assert _is_causal(with_residual(A)) and not _is_causal(with_residual(_dense(2, 4, 0)))
     stats = {}
@@ -105,7 +120,7 @@ def test_causal_detection_and_pruning_paths():
         assert abs(ours[l, i, j] - r) <= 1e-9, (l, i, j, ours[l, i, j], r)
 
 
-def test_pairs_where_bounds_do_not_settle():
+def test_pairs_where_bounds_do_not_settle(path):
     # rows close to one-hot (sparse paths): most pairs of layers >= 3 need a max-flow call
     A = _dense(5, 10, 8, peak=20.0)
     stats = {}
@@ -114,7 +129,7 @@ def test_pairs_where_bounds_do_not_settle():
     np.testing.assert_allclose(ours, _plain_igraph(A), rtol=0, atol=1e-9)
 
 
-def test_layer_subset_and_pool_equal_full():
+def test_layer_subset_and_pool_equal_full(path):
     A = _causal(6, 10, 9, sink=1.5)
     full = flow(A, normalize=False, workers=1)
     np.testing.assert_allclose(flow(A, normalize=False, layers=[5, 2], workers=1), full[[5, 2]], atol=0)
@@ -168,3 +183,57 @@ def test_flow_on_real_smollm2_attention_equals_plain_igraph():
     ref = _plain_igraph(A, pairs)
     for l, i, j in pairs:
         assert abs(ours[l, i, j] - ref[l, i, j]) <= 1e-9, (l, i, j)
+
+
+@needs_numba
+@pytest.mark.parametrize("make,L,n,seed", [
+    (lambda L, n, s: _causal(L, n, s, sink=1.0), 7, 16, 11), (_dense, 5, 14, 12), (_sparse, 6, 13, 13),
+])
+def test_compiled_dinic_threads_and_restoring_equal_plain(make, L, n, seed, monkeypatch):
+    """The Dinic kernel run to the end (every row asked for: no bounds, no early stop), with two
+    threads and with a restore list too small to hold a pair's changed edges (whole window reset),
+    and the bounds path with both: all equal the plain igraph max-flow on the whole layered graph."""
+    A = make(L, n, seed)
+    ref = _plain_igraph(A)
+    rows = list(range(n))
+    np.testing.assert_allclose(flow(A, normalize=False, layers=range(L), rows=rows, workers=1), ref, rtol=0, atol=1e-9)
+    stats = {}
+    np.testing.assert_allclose(flow(A, normalize=False, workers=2, stats=stats), ref, rtol=0, atol=1e-9)
+    assert stats["maxflow_pairs"] > 0 and stats["maxflow_phases"] >= stats["maxflow_pairs"] - stats["stopped_at_upper"]
+    monkeypatch.setattr(flow_module, "TOUCH_CAP", 3)
+    np.testing.assert_allclose(flow(A, normalize=False, layers=[L - 1], rows=rows, workers=2), ref[[L - 1]],
+                               rtol=0, atol=1e-9)
+    np.testing.assert_allclose(flow(A, normalize=False, workers=1), ref, rtol=0, atol=1e-9)
+
+
+@needs_numba
+def test_compiled_bounds_equal_numpy_bounds():
+    """The compiled bounds are the numpy bounds' formulas (written as [n, n, n] arrays there), and
+    both bound the plain igraph max-flow from below and above, computed from exact flows below."""
+    from attnviz.methods.flow import _bounds, _kernels, _lower_two
+
+    kern = _kernels()
+    for A in (_causal(6, 12, 14, sink=1.0), _dense(6, 12, 15)):
+        Ares = with_residual(A)
+        F = _plain_igraph(A)
+        causal = _is_causal(Ares)
+        in_cap = np.cumsum(Ares[0], 0) if causal else Ares[0].sum(0)
+        for l in (2, 4, 5):
+            lo, up = _bounds(Ares[l], F[l - 1], in_cap)
+            lo_k, up_k = np.empty((12, 12)), np.empty((12, 12))
+            order = np.ascontiguousarray(np.argsort(-F[l - 1], axis=0, kind="stable"))
+            kern[0](np.ascontiguousarray(Ares[l]), np.ascontiguousarray(F[l - 1]),
+                    np.empty(0) if causal else in_cap, in_cap if causal else np.empty((0, 0)), order, lo_k, up_k, causal)
+            keep = np.tril(np.ones((12, 12), bool)) if causal else np.ones((12, 12), bool)
+            np.testing.assert_allclose(lo_k[keep], lo[keep], rtol=0, atol=1e-12)
+            np.testing.assert_allclose(up_k[keep], up[keep], rtol=0, atol=1e-12)
+            mask = np.ones((12, 12), bool)
+            two = _lower_two(Ares[l], Ares[l - 1], F[l - 2], mask)
+            I, J = np.nonzero(mask)
+            out = np.empty(len(I))
+            order2 = np.ascontiguousarray(np.argsort(-F[l - 2], axis=0, kind="stable"))
+            kern[1](np.ascontiguousarray(Ares[l]), np.ascontiguousarray(Ares[l - 1]), np.ascontiguousarray(F[l - 2]),
+                    order2, (F[l - 2] > 0).sum(0), I, J, out)
+            np.testing.assert_allclose(out, two[I, J], rtol=0, atol=1e-12)
+            # and both are bounds: lower <= exact <= upper
+            assert np.all(lo_k[keep] <= F[l][keep] + 1e-12) and np.all(F[l][keep] <= up_k[keep] + 1e-12)
