@@ -245,8 +245,8 @@ def trace(lm: LoadedModel, text_or_enc, dtype: torch.dtype = torch.float32, max_
 
 
 def _cast_norm(nrm, dtype):
-    from .models.families import Norm
-    return Norm(nrm.kind, nrm.weight.to(dtype), None if nrm.bias is None else nrm.bias.to(dtype), nrm.eps)
+    from .models.forward import cast_norm
+    return cast_norm(nrm, dtype)
 
 
 def per_head_vectors(w, v: torch.Tensor) -> torch.Tensor:

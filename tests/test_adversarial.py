@@ -638,3 +638,116 @@ def test_adversarial_page_plain_encoder_says_why(minilm):
     errs = [e.value for e in at.error]
     assert len(errs) == 1 and "no output head" in errs[0] and "TVD" in errs[0]
     assert not _charts(at)
+
+
+# ------------------------------------------------------------------ the causal target-row path
+
+
+CAUSAL = ("gpt2", "llama", "mistral", "qwen2")
+
+
+def plain_jsd(p, q):
+    """JSD written out term by term (natural log, 0·log 0 = 0)."""
+    out = 0.0
+    for a, b in zip(p, q):
+        m = (a + b) / 2
+        if a > 0:
+            out += 0.5 * a * math.log(a / m)
+        if b > 0:
+            out += 0.5 * b * math.log(b / m)
+    return out
+
+
+def hf_replaced(lm, ids, target, repl):
+    """The Hugging Face model itself, rerun with attention rows replaced by hooks: repl {(layer, head):
+    α [B, n]} -> output distribution at the target [B, V] (float64). A forward hook on the layer's value
+    projection keeps the value vectors; a pre-hook on the output projection writes α·V into the head's
+    slice of the target row of the attention context (what replacing the probabilities does)."""
+    m = lm.model
+    base = getattr(m, "model", None) or getattr(m, "transformer")
+    blocks = base.layers if hasattr(base, "layers") else base.h
+    B = next(iter(repl.values())).shape[0]
+    cfg = m.config
+    H = cfg.num_attention_heads
+    dh = cfg.hidden_size // H
+    rep = H // (getattr(cfg, "num_key_value_heads", None) or H)
+    handles, store = [], {}
+    for li, blk in enumerate(blocks):
+        mine = {h: a for (l, h), a in repl.items() if l == li}
+        if not mine:
+            continue
+        att = blk.self_attn if hasattr(blk, "self_attn") else blk.attn
+        if hasattr(att, "v_proj"):
+            vmod, omod = att.v_proj, att.o_proj
+
+            def keep_v(mod, inp, out, li=li):
+                store[li] = out  # [B, n, Hkv·dh]
+        else:  # GPT-2: c_attn gives q|k|v, c_proj the output projection
+            vmod, omod = att.c_attn, att.c_proj
+
+            def keep_v(mod, inp, out, li=li):
+                store[li] = out[..., 2 * cfg.hidden_size:]
+
+        def write(mod, args, li=li, mine=mine):
+            ctx = args[0].clone()
+            v = store[li]
+            for h, a in mine.items():
+                g = h // rep
+                vh = v[..., g * dh:(g + 1) * dh]  # [B, n, dh]
+                ctx[:, target, h * dh:(h + 1) * dh] = torch.einsum("bn,bnd->bd", a.to(ctx.dtype), vh)
+            return (ctx,) + tuple(args[1:])
+
+        handles += [vmod.register_forward_hook(keep_v), omod.register_forward_pre_hook(write)]
+    try:
+        with torch.no_grad():
+            logits = m(input_ids=ids.expand(B, -1)).logits
+    finally:
+        for hd in handles:
+            hd.remove()
+    return torch.softmax(logits[:, target].double(), -1)
+
+
+@pytest.mark.parametrize("fam", CAUSAL)
+def test_causal_target_row_path_equals_the_model_rerun_with_hooks(tokenizer, fam):
+    """Target last on a causal model (the fast CausalRow path): its output distribution equals the
+    Hugging Face model rerun with the rows replaced by hooks, and run_layers with overrides; JSD and
+    TVD against plain formulas."""
+    from attnviz.adversarial.fastpath import causal_last
+
+    lm = _deep_tiny(fam, tokenizer)
+    text = "the keys to the cabinet near the door"
+    for site in (A.Site("head", 0, 1), A.Site("head", 2, 3), A.Site("head", 3, 0), A.Site("layer", 1), A.Site("all")):
+        pb = A.prepare(lm, text, site)
+        assert causal_last(pb) and pb.target == pb.n - 1, (fam, site)
+        g = torch.Generator().manual_seed(5)
+        a = torch.softmax(3 * torch.randn(3, pb.alpha0.shape[0], pb.n, generator=g), -1)
+        with torch.no_grad():
+            fast = pb.outputs(a, fast=True)
+            slow = pb.outputs(a, fast=False)
+            j, t, probs = pb.distances(a)
+        hf = hf_replaced(lm, pb.enc.ids, pb.target, {rc: a[:, r] for r, rc in enumerate(pb.rows)})
+        torch.testing.assert_close(fast, hf, rtol=2e-4, atol=1e-9, msg=f"{fam} {site} vs hooks")
+        torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-12, msg=f"{fam} {site} vs run_layers")
+        y0 = torch.softmax(lm.model(input_ids=pb.enc.ids).logits[0, pb.target].double(), -1).detach()
+        for b in range(a.shape[0]):
+            want_t = 0.5 * sum(abs(x - y) for x, y in zip(hf[b].tolist(), y0.tolist()))
+            assert abs(float(t[b]) - want_t) < 1e-5, (fam, site, b)
+            want_j = np.mean([plain_jsd(a[b, r].double().tolist(), pb.alpha0[r].tolist())
+                              for r in range(a.shape[1])])
+            assert abs(float(j[b]) - want_j) < 1e-9, (fam, site, b)
+
+
+def test_causal_target_row_path_gradients_match_run_layers(tokenizer):
+    """The gradient the search follows: d TVD / d α through the fast path equals that through run_layers."""
+    lm = _deep_tiny("llama", tokenizer)
+    pb = A.prepare(lm, "the keys to the cabinet near the door", A.Site("head", 1, 2))
+    g = torch.Generator().manual_seed(7)
+    theta = torch.randn(4, 1, pb.n, generator=g, dtype=torch.float64)
+    grads = []
+    for fast in (True, False):
+        th = theta.clone().float().requires_grad_(True)
+        probs = pb.outputs(torch.softmax(th, -1), fast=fast)
+        A.tvd(probs, pb.y0.unsqueeze(0)).sum().backward()
+        grads.append(th.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-3, atol=1e-7)
+    assert float(grads[1].abs().max()) > 1e-6  # the comparison is not between two zeros

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Union
 
 import torch
+import torch.nn.functional as F
 
 from .families import Architecture, LayerWeights, Norm
 
@@ -36,6 +37,30 @@ def apply_norm(x: torch.Tensor, nrm: Norm) -> torch.Tensor:
     return y if nrm.bias is None else y + nrm.bias
 
 
+def fused_norm(x: torch.Tensor, nrm: Norm) -> torch.Tensor:
+    """apply_norm's formula on torch's fused LayerNorm / RMSNorm kernels (fewer operations, the same
+    numbers up to float rounding; models/fused.py uses it in the adversarial search's loop)."""
+    d = (x.shape[-1],)
+    if nrm.kind == "layernorm":
+        return F.layer_norm(x, d, nrm.weight, nrm.bias, nrm.eps)
+    y = F.rms_norm(x, d, nrm.weight, nrm.eps)
+    return y if nrm.bias is None else y + nrm.bias
+
+
+def cast_norm(nrm: Norm, dtype: torch.dtype) -> Norm:
+    """The one place a Norm's weight and bias are cast to another dtype (itself when already there)."""
+    if nrm.weight.dtype == dtype:
+        return nrm
+    return Norm(nrm.kind, nrm.weight.to(dtype), None if nrm.bias is None else nrm.bias.to(dtype), nrm.eps)
+
+
+def final_norm(arch: Architecture, x: torch.Tensor) -> torch.Tensor:
+    """The final norm of pre-LN models applied to x [..., d] in x's dtype; identity when there is none."""
+    if arch.final_norm is None:
+        return x
+    return apply_norm(x, cast_norm(arch.final_norm, x.dtype))
+
+
 def _linear(x, w, b):
     y = x @ w
     return y if b is None else y + b
@@ -44,6 +69,12 @@ def _linear(x, w, b):
 def _rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The one place rotary position embeddings are applied: x [..., r, dh] with cos, sin
+    broadcastable to it -> x·cos + rotate_half(x)·sin."""
+    return x * cos + _rotate_half(x) * sin
 
 
 def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override: Override = None,
@@ -63,8 +94,7 @@ def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override:
     if w.rotary:
         cos, sin = rope
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     rep = H // Hkv
     k_full = k.repeat_interleave(rep, dim=1) if rep > 1 else k
     v_full = v.repeat_interleave(rep, dim=1) if rep > 1 else v
@@ -133,9 +163,4 @@ def run_layers(arch: Architecture, x: torch.Tensor, start: int = 0, overrides: O
         x = r["out"]
         if keep:
             kept.append(r)
-    if arch.final_norm is not None:
-        fn = arch.final_norm
-        if fn.weight.dtype != x.dtype:
-            fn = Norm(fn.kind, fn.weight.to(x.dtype), None if fn.bias is None else fn.bias.to(x.dtype), fn.eps)
-        x = apply_norm(x, fn)
-    return x, kept
+    return final_norm(arch, x), kept

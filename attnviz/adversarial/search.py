@@ -1,0 +1,204 @@
+"""The frontier search: all λ × restarts as one batched Adam optimisation, and its baselines
+(random permutations of α, the uniform distribution)."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..trace import DEFAULT_MAX_TOKENS, word_start_ids
+from .distances import tvd
+from .envelope import best_per_lambda, lower_envelope
+from .problem import Problem, prepare
+from .results import Frontier
+from .settings import ALPHA_KEEP, DEFAULT_LAMBDAS, INIT_FLOOR, Progress
+from .site import Site
+
+
+def _topk(probs: torch.Tensor, k: int, pb: Optional["Problem"] = None):
+    """probs [B, V] -> (ids [B, k], probabilities [B, k]); over word-initial tokens only when pb's
+    text had a [MASK] blank on a causal model (as analyze ranks its prediction)."""
+    allowed = word_start_ids(pb.lm) if pb is not None and pb.enc.blank and pb.output_kind == "token" else None
+    if allowed is not None and len(allowed):
+        ids = torch.as_tensor(allowed)
+        k = min(k, len(ids))
+        v, i = probs[..., ids].topk(k, dim=-1)
+        return ids[i].numpy(), v.float().numpy()
+    k = min(k, probs.shape[-1])
+    v, i = probs.topk(k, dim=-1)
+    return i.numpy(), v.float().numpy()
+
+
+def _labels_for(pb: Problem, idx_arrays) -> dict:
+    ids = np.unique(np.concatenate([a.reshape(-1) for a in idx_arrays]))
+    return {int(i): pb.label_of(int(i)) for i in ids}
+
+
+def _permutations(pb: Problem, m: int, gen: torch.Generator) -> torch.Tensor:
+    """-> [m, R, n]: each row of alpha0 permuted independently over its allowed columns."""
+    R = pb.alpha0.shape[0]
+    cols = torch.nonzero(pb.allowed).flatten()
+    out = pb.alpha0.new_zeros(m, R, pb.n)
+    src = pb.alpha0[:, cols]  # [R, a]
+    for i in range(m):
+        for r in range(R):
+            out[i, r, cols] = src[r, torch.randperm(len(cols), generator=gen)]
+    return out
+
+
+def baselines(pb: Problem, permutations: int = 100, seed: int = 0, batch: int = 128):
+    """-> (perm_jsd [M], perm_tvd [M], (uniform_jsd, uniform_tvd)). One forward per `batch` alphas."""
+    gen = torch.Generator().manual_seed(seed + 7919)
+    perms = _permutations(pb, permutations, gen).to(pb.dtype)
+    js, ts = [], []
+    with torch.no_grad():
+        for s in range(0, permutations, batch):
+            j, t, _ = pb.distances(perms[s:s + batch])
+            js.append(j)
+            ts.append(t)
+        uni = pb.allowed.to(pb.dtype) / pb.allowed.sum()
+        uj, ut, _ = pb.distances(uni.expand(1, pb.alpha0.shape[0], pb.n))
+    pj = torch.cat(js).numpy() if js else np.zeros(0)
+    pt = torch.cat(ts).numpy() if ts else np.zeros(0)
+    return pj, pt, (float(uj[0]), float(ut[0]))
+
+
+def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, steps: int = 200,
+             restarts: int = 3, lr: float = 0.1, seed: int = 0, target: Optional[int] = None,
+             dtype: torch.dtype = torch.float32, permutations: int = 100, top_k: int = 5,
+             record_every: Optional[int] = None, init_noise: float = 2.0, progress: Progress = None,
+             max_tokens: int = DEFAULT_MAX_TOKENS, prune_at: Optional[int] = None) -> Frontier:
+    """(model, text, site) -> Frontier of (JSD, TVD) for α' = softmax(θ) minimising
+    TVD(ŷ', ŷ) - λ·JSD(α', α), all λ × restarts in one batch [K·restarts, R, n].
+
+    Restart 0 starts at the original attention (log max(α, 1e-4) + 1e-3 noise, so the JSD gradient
+    is not 0 and one-hot rows can move);
+    the others at log(uniform) + init_noise·N(0, 1). Every `record_every` steps (default steps // 20)
+    and at the end every batch member's (JSD, TVD, α', top-k) is recorded; the original is point 0.
+
+    prune_at (default steps // 4; >= steps: never; only with restarts > 2): all restarts run
+    together for the first prune_at steps; then each λ keeps restart 0 and, of the random restarts,
+    the one with the lowest TVD − λ·JSD (each with its Adam state); only those run the remaining
+    steps. Every kept run gets its full number of steps; restart 0's runs are exactly those of
+    restarts=1, so the result is never worse than one restart. Points recorded before pruning are
+    kept."""
+    t_all = time.perf_counter()
+    timings = {}
+    t0 = time.perf_counter()
+    pb = prepare(lm, text, site, target, dtype, max_tokens)
+    timings["prepare"] = time.perf_counter() - t0
+    lams = torch.tensor(list(lambdas), dtype=torch.float64)
+    if lams.numel() == 0 or bool((lams < 0).any()):
+        raise InputError("give at least one λ, all >= 0")
+    K, Rs = lams.numel(), max(1, int(restarts))
+    R, m = pb.alpha0.shape[0], int(pb.allowed.sum())
+    B = K * Rs
+    gen = torch.Generator().manual_seed(seed)
+    # restart 0 starts at the original, with its weights floored at 1e-4: a one-hot row has exact
+    # zeros (or 1e-30s) whose logits would get gradients too small for any optimiser to move them
+    log_a0 = torch.log(pb.alpha0[:, pb.allowed].clamp_min(INIT_FLOOR)).to(dtype)
+    theta0 = torch.empty(Rs, K, R, m, dtype=dtype)
+    theta0[0] = log_a0 + 1e-3 * torch.randn(K, R, m, generator=gen, dtype=dtype)
+    if Rs > 1:
+        theta0[1:] = init_noise * torch.randn(Rs - 1, K, R, m, generator=gen, dtype=dtype)
+    theta = theta0.reshape(B, R, m).clone().requires_grad_(True)
+    lam_b = lams.repeat(Rs)  # batch order: restart-major, λ-minor
+    restart_b = np.repeat(np.arange(Rs), K)
+    every = record_every or max(1, steps // 20)
+    prune = (steps // 4 if prune_at is None else int(prune_at)) if Rs > 2 else steps
+    rec_alpha, rec_j, rec_t, rec_lam, rec_rs, rec_step, rec_ti, rec_tp = ([] for _ in range(8))
+
+    def record(alpha, j, t, probs, s):
+        rec_alpha.append(alpha.detach().float().numpy())
+        jd, td = j.detach(), t.detach()
+        rec_j.append(jd.numpy())
+        rec_t.append(td.numpy())
+        rec_lam.append(lam_b.numpy())
+        rec_rs.append(restart_b)
+        rec_step.append(np.full(len(restart_b), s))
+        ti, tp = _topk(probs.detach(), top_k, pb)
+        rec_ti.append(ti)
+        rec_tp.append(tp)
+
+    # eps far below the default 1e-8: a (nearly) one-hot original row has gradients ~1e-12 on its
+    # small logits, which the default eps would turn into no step at all
+    opt = torch.optim.Adam([theta], lr=lr, eps=1e-20)
+
+    def lr_at(s):
+        # cosine decay to lr/10: Adam's steps do not shrink by themselves, so without it the runs
+        # keep jittering by ~lr around their optimum (λ = 0 would not settle at TVD ≈ 0)
+        return lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+
+    t0 = time.perf_counter()
+    with torch.inference_mode(False), torch.enable_grad():
+        for s in range(steps):
+            alpha = pb.softmax_rows(theta)
+            j, t, probs = pb.distances(alpha)
+            if s % every == 0:
+                record(alpha, j, t, probs, s)
+            if s == prune:
+                # each λ keeps restart 0 (from the original) and its best random restart so far
+                obj = (t - lam_b * j).detach().reshape(Rs, K)
+                keep = torch.cat([torch.arange(K), (1 + torch.argmin(obj[1:], dim=0)) * K + torch.arange(K)])
+                state = opt.state[theta]
+                theta = theta.detach()[keep].clone().requires_grad_(True)
+                opt = torch.optim.Adam([theta], lr=lr_at(s), eps=1e-20)
+                opt.state[theta] = {k: (v[keep].clone() if torch.is_tensor(v) and v.dim() > 0 else v)
+                                    for k, v in state.items()}
+                lam_b, restart_b = lam_b[keep], restart_b[keep.numpy()]
+                alpha = pb.softmax_rows(theta)
+                j, t, probs = pb.distances(alpha)
+            loss = (t - lam_b * j).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(s)
+            opt.step()
+            if progress and (s % 10 == 0):
+                progress("frontier", (s + 1) / (steps + 1))
+        with torch.no_grad():
+            alpha = pb.softmax_rows(theta)
+            j, t, probs = pb.distances(alpha)
+            record(alpha, j, t, probs, steps)
+    timings["optimise"] = time.perf_counter() - t0
+    if progress:
+        progress("baselines", 1.0)
+    # point 0: the original
+    with torch.no_grad():
+        ti0, tp0 = _topk(pb.y0.unsqueeze(0), top_k, pb)
+    jsd_v = np.concatenate([[0.0]] + rec_j)
+    tvd_v = np.concatenate([[0.0]] + rec_t)
+    alpha_v = np.concatenate([pb.alpha0.float().numpy()[None]] + rec_alpha)
+    lam_v = np.concatenate([[np.nan]] + rec_lam)
+    rs_v = np.concatenate([[-1]] + rec_rs)
+    st_v = np.concatenate([[-1]] + rec_step)
+    ti_v = np.concatenate([ti0] + rec_ti)
+    tp_v = np.concatenate([tp0] + rec_tp)
+    best = best_per_lambda(jsd_v, tvd_v, lams.numpy())
+    env = lower_envelope(jsd_v, tvd_v)
+    if alpha_v.size <= ALPHA_KEEP:
+        keep = np.arange(len(jsd_v))
+    else:
+        keep = np.unique(np.concatenate([[0], env, best]))
+        alpha_v = alpha_v[keep]
+    t0 = time.perf_counter()
+    pj, pt, uni = baselines(pb, permutations, seed)
+    timings["baselines"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_all
+    labels = _labels_for(pb, [ti_v])
+    notes = list(pb.enc.notes)
+    if pb.model_y0 is not None and pb.model_y0.shape == tuple(pb.y0.shape):
+        diff = float(tvd(pb.model_y0, pb.y0.numpy()))
+        if diff > 1e-4:
+            notes.append(f"warning: the recomputed output differs from the model's own by TVD {diff:.1e}")
+    return Frontier(spec=getattr(lm, "spec", ""), text=pb.enc.text, tokens=list(pb.tokens), target=pb.target,
+                    site=site, rows=pb.rows, output_kind=pb.output_kind, alpha0=pb.alpha0.numpy(),
+                    y0_top=[(labels[int(i)], float(p)) for i, p in zip(ti0[0], tp0[0])], lambdas=lams.numpy(),
+                    jsd=jsd_v, tvd=tvd_v, alpha=alpha_v, alpha_idx=keep, lam=lam_v, restart=rs_v, step=st_v, top_idx=ti_v,
+                    top_p=tp_v, top_labels=labels, best=best, envelope=env, perm_jsd=pj, perm_tvd=pt,
+                    uniform=uni, steps=steps, restarts=Rs, lr=lr, timings=timings, notes=notes,
+                    prune_at=prune if prune < steps else None)
