@@ -18,30 +18,12 @@ import torch
 from attnviz import linear
 from attnviz.methods import atb_ff, attn_res, attn_res_ln, globenc, mixing, value_norm
 from attnviz.models.families import Norm
-from attnviz.models.load import wrap
 from attnviz.trace import trace
 
-from conftest import SENTENCE, tiny_configs
+from test_new_measures import _model  # tiny float64 models with random biases and norm parameters, FFN ×scale
 
 FAMS = ["bert", "distilbert", "gpt2", "llama", "qwen2"]
 TEXT = "the old farmer who lives near the river sold three cows to the baker ."
-
-
-def _model(tokenizer, name, seed=0, scale=6.0):
-    """A tiny random float64 model with random biases and norm parameters and its FFN first layers ×scale
-    (activations far from linear)."""
-    cls, cfg = tiny_configs(tokenizer.vocab_size)[name]
-    torch.manual_seed(seed)
-    model = cls._from_config(cfg, attn_implementation="eager").double()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if p.dim() == 1 and "embed" not in pname.lower():
-                p.add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-            if any(k in pname for k in ("intermediate.dense.weight", "lin1.weight", "c_fc.weight",
-                                        "up_proj.weight", "gate_proj.weight")):
-                p.mul_(scale)
-    return wrap(model, tokenizer, spec=f"speed64:{name}")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +32,7 @@ def tr64(tokenizer):
 
     def get(name):
         if name not in cache:
-            lm = _model(tokenizer, name)
+            lm = _model(tokenizer, name, scale=6.0)
             assert lm.check.ok, lm.check.reason
             cache[name] = trace(lm, TEXT, dtype=torch.float64)
         return cache[name]
