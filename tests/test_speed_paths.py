@@ -232,11 +232,14 @@ def _ffn_parts_plain(tr, l, steps):
     return F, u, ur
 
 
+@pytest.mark.parametrize("factor", [True, False])  # the first products from v_j K_h, or from f^h(x_j)
 @pytest.mark.parametrize("family", ["bert", "distilbert", "gpt2", "llama"])
-def test_atb_ff_fused_against_pair_by_pair(tr64, family, monkeypatch):
+def test_atb_ff_fused_against_pair_by_pair(tr64, family, factor, monkeypatch):
     tr = tr64(family)
+    tr.__dict__.pop("_atb_ff_cache", None)
     steps = 4
     monkeypatch.setattr(atb_ff, "_CHUNK_BYTES", 1)  # one receiver a chunk: exercises the chunks and causal trimming
+    monkeypatch.setattr(atb_ff, "_FACTOR_VALUES", factor)
     res = atb_ff.analyse(tr, steps)
     for l in range(tr.n_layers):
         w = tr.weights[l]
@@ -268,6 +271,7 @@ def test_atb_ff_fused_equals_explicit_parts(tr64, family, monkeypatch):
     for l in range(tr.n_layers):
         for k, (P, rem, real) in atb_ff.layer_parts(tr, l, 8).items():
             ref.setdefault(k, []).append((P, rem, real))
+    tr.__dict__.pop("_atb_ff_cache", None)
     for chunk in (1, 3000, 10 ** 9):
         monkeypatch.setattr(atb_ff, "_CHUNK_BYTES", chunk)
         tr.__dict__.pop("_atb_ff_cache", None)

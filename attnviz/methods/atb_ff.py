@@ -137,13 +137,33 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
         coef = [ig_average(act, c, S, steps, rule)]
         base = act(c)
     mats = [w.w_gate, w.w1] if gated else [w.w1]
-    fxg = linear.transform(fx64, nrm).to(cd)  # [H, n, d]
+    P = _first_products(w, r, fx64, nrm, mats, cd)
     xg = linear.transform(x, nrm).to(cd)  # [n, d]
     # the receiver's factor 1/s_i ⊙ ∫... folded into one [n, I] coefficient per first matrix
     coef = [(cm.double() / s.reshape(-1, 1)).to(cd) for cm in coef]
     return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r["probs"].to(cd),
-                P=[fxg @ M for M in mats], X=[xg @ M for M in mats], coef=coef, W2=w.w2,
+                P=P, X=[xg @ M for M in mats], coef=coef, W2=w.w2,
                 rF=_lin(base, w.w2, w.b2).double(), bo=bo, I=w.w1.shape[1], gated=gated)
+
+
+_FACTOR_VALUES = None  # None: choose by cost; True / False: force (tests run both)
+
+
+def _first_products(w, r, fx64, nrm, mats, cd) -> list:
+    """P_hj = (γ ⊙ c(f^h(x_j))) W [H, n, I] for each first matrix W. f^h(x_j) = v^h_j W_O^h and the
+    norm's linear part acts on each row, so P_hj = v^h_j K_h with K_h = (γ ⊙ c(W_O^h)) W: H·dh·d·I +
+    n·d·I operations instead of H·n·d·I, used when that is cheaper (H·n > d + n: about 70 tokens on
+    SmolLM2 and BERT-base)."""
+    H, n, d = fx64.shape
+    factor = _FACTOR_VALUES if _FACTOR_VALUES is not None else H * n > d + n
+    if not factor:
+        fxg = linear.transform(fx64, nrm).to(cd)  # [H, n, d]
+        return [fxg @ M for M in mats]
+    v = r["v"].to(cd)  # [Hkv, n, dh] (value bias included)
+    if H != w.n_kv_heads:
+        v = v.repeat_interleave(H // w.n_kv_heads, dim=0)
+    wo = linear.transform(w.wo.double(), nrm).to(cd).reshape(H, w.head_dim, d)
+    return [torch.bmm(v, wo @ M) for M in mats]
 
 
 def _rows(n: int, I: int, gated: bool) -> int:
