@@ -95,3 +95,19 @@ def test_output_kind_decided_from_the_model_class(tokenizer):
         torch.manual_seed(0)
         lm = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, check=False)
         assert lm.output_kind == expected[name], name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_importance_on_cuda_equals_cpu(tokenizer, family):
+    """The importance baselines (blank-out, leave-one-out, gradients, integrated gradients) on a GPU model
+    equal the CPU's to float32 tolerance."""
+    from attnviz.faithfulness import importance
+    cls, cfg = tiny_configs(tokenizer.vocab_size)[family]
+    torch.manual_seed(0)
+    lm_cpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer)
+    torch.manual_seed(0)
+    lm_gpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, device="cuda")
+    a, b = importance(lm_cpu, SENTENCE), importance(lm_gpu, SENTENCE)
+    for k in a.values:
+        np.testing.assert_allclose(b.values[k], a.values[k], rtol=1e-3, atol=1e-5, err_msg=k)

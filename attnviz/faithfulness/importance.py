@@ -139,11 +139,20 @@ def _forward(lm, ids: Optional[torch.Tensor] = None, embeds: Optional[torch.Tens
     applied at the target position alone in _value (same numbers, far less work with a large vocabulary).
     """
     B, n = (ids.shape if ids is not None else embeds.shape[:2])
-    kw = dict(attention_mask=torch.ones(B, n, dtype=torch.long))
-    kw.update(input_ids=ids) if ids is not None else kw.update(inputs_embeds=embeds)
+    dev = _device(lm)
+    kw = dict(attention_mask=torch.ones(B, n, dtype=torch.long, device=dev))
+    kw.update(input_ids=ids.to(dev)) if ids is not None else kw.update(inputs_embeds=embeds.to(dev))
     if _head_at_target(lm):
         return lm.model.base_model(**kw)
     return lm.model(**kw)
+
+
+def _device(lm) -> torch.device:
+    """Where the model's weights are (inputs go there; results come back to the CPU as numpy)."""
+    dev = getattr(lm, "device", None)
+    if dev is None:
+        dev = next(lm.model.parameters()).device
+    return torch.device(dev)
 
 
 def _head_at_target(lm) -> bool:
@@ -155,7 +164,7 @@ def _gather_pos(x: torch.Tensor, pos) -> torch.Tensor:
     """x [B, n, ...] and pos int or [B] -> x[b, pos_b] as [B, ...]."""
     if isinstance(pos, int):
         return x[:, pos]
-    return x[torch.arange(x.shape[0]), pos]
+    return x[torch.arange(x.shape[0], device=x.device), torch.as_tensor(pos, device=x.device)]
 
 
 def _value(lm, target: Target, out, pos, ref: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -243,7 +252,7 @@ def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hi
             v = _value(lm, target, out, target.position, ref)
         if f0 is None:
             f0 = float(v[0])
-        out_vals.append((v[1:] - v[0]).numpy())
+        out_vals.append((v[1:] - v[0]).cpu().numpy())
     return np.concatenate(out_vals), f0, btok
 
 
@@ -271,7 +280,7 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
             batch = ids.unsqueeze(0).expand(len(part), n)[keep].view(len(part), n - 1)
             tpos = torch.tensor([t - (j < t) for _, j in part])
             out = _forward(lm, batch)
-            v = _value(lm, target, out, tpos, ref_hidden).numpy()
+            v = _value(lm, target, out, tpos, ref_hidden).cpu().numpy()
             for r, (k, _) in enumerate(part):
                 res[k] = v[r] - f0
     return res
@@ -279,7 +288,7 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
 
 def _embeddings(lm, enc: Encoded) -> torch.Tensor:
     with torch.no_grad():
-        return lm.model.get_input_embeddings()(enc.ids).detach()
+        return lm.model.get_input_embeddings()(enc.ids.to(_device(lm))).detach()
 
 
 def gradient(lm, enc: Encoded, target: Target, ref_hidden=None) -> tuple:
@@ -300,19 +309,19 @@ def jacobian_norms(lm, enc: Encoded, position: int) -> tuple:
     n = e.shape[1]
     with torch.no_grad():
         d_out = _hidden(_forward(lm, embeds=e), position).shape[-1]
-    fro2 = torch.zeros(n, dtype=torch.float64)
-    jvp = torch.zeros(n, d_out, dtype=torch.float64)
+    fro2 = torch.zeros(n, dtype=torch.float64, device=e.device)
+    jvp = torch.zeros(n, d_out, dtype=torch.float64, device=e.device)
     for s in range(0, d_out, _CHUNK):
-        cs = torch.arange(s, min(d_out, s + _CHUNK))
+        cs = torch.arange(s, min(d_out, s + _CHUNK), device=e.device)
         with torch.enable_grad():
             x = e.expand(len(cs), -1, -1).clone().requires_grad_(True)
             h = _hidden(_forward(lm, embeds=x), position)  # [B, d_out]
-            sel = h[torch.arange(len(cs)), cs].sum()
+            sel = h[torch.arange(len(cs), device=h.device), cs].sum()
             (g,) = torch.autograd.grad(sel, x)  # g[b] = J[cs[b]]  [B, n, d]
         g = g.double()
         fro2 += (g * g).sum((0, 2))
         jvp[:, cs] = (g * e.double()).sum(-1).T
-    return fro2.sqrt().numpy(), jvp.norm(dim=-1).numpy()
+    return fro2.sqrt().cpu().numpy(), jvp.norm(dim=-1).cpu().numpy()
 
 
 def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[int], steps: int = DEFAULT_IG_STEPS,
@@ -326,7 +335,7 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
         raise InputError("integrated gradients needs at least one step")
     e = _embeddings(lm, enc)[0]  # [n, d]
     n = e.shape[0]
-    m = torch.zeros(n, 1, dtype=e.dtype)
+    m = torch.zeros(n, 1, dtype=e.dtype, device=e.device)
     m[list(positions)] = 1
     base = e * (1 - m)
     diff = e - base
@@ -336,7 +345,7 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
     if target.output == "hidden" and ref_hidden is None:
         with torch.no_grad():
             ref_hidden = _hidden(_forward(lm, enc.ids), t)[0]
-    gsum = torch.zeros(n, e.shape[1], dtype=torch.float64)
+    gsum = torch.zeros(n, e.shape[1], dtype=torch.float64, device=e.device)
     for s in range(0, steps, _CHUNK):
         a = alphas[s:s + _CHUNK]
         with torch.enable_grad():
@@ -352,7 +361,7 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
     err = abs(total - (f_end - f_base))
     info = dict(steps=steps, baseline="zero word embedding", f_input=f_end, f_baseline=f_base, sum=total,
                 completeness_abs=err, completeness_rel=err / max(abs(f_end - f_base), 1e-12))
-    return ig.numpy(), info
+    return ig.cpu().numpy(), info
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -418,7 +427,7 @@ def _grads(ctx: Context):
                              "||∂h_t/∂e_j||_F and input×gradient is ||(∂h_t/∂e_j) e_j|| for the hidden state h_t")
         else:
             e, g = gradient(ctx.lm, ctx.enc, ctx.target)
-            ctx.cache["grads"] = (g.double().norm(dim=-1).numpy(), (e.double() * g.double()).sum(-1).numpy())
+            ctx.cache["grads"] = (g.double().norm(dim=-1).cpu().numpy(), (e.double() * g.double()).sum(-1).cpu().numpy())
     return ctx.cache["grads"]
 
 
