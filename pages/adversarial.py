@@ -113,16 +113,25 @@ def _compute(lm, text, target, cap, site, lambdas, steps, restarts, jw_steps, se
 
 
 b1, b2 = st.columns([1, 3])
+# results live in this session's state, keyed by everything they depend on (the last few kept)
+results = ss.setdefault("adv_results", {})
 if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:", type="primary"):
+    bar = st.progress(0.0, text="Searching for adversarial attention…")
+
+    def progress(stage, f):
+        bar.progress(min(1.0, max(0.0, f)), text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %")
+
     try:
-        ui.with_progress(("adversarial",) + key,
-                         lambda progress: _compute(lm, ui.text(), enc.target, ui.cap(), site, lambdas, steps, restarts,
-                                                   jw_steps, tuple(seed_specs) if use_seeds else (), progress),
-                         "Searching for adversarial attention")
+        results[key] = _compute(lm, ui.text(), enc.target, ui.cap(), site, lambdas, steps, restarts, jw_steps,
+                                tuple(seed_specs) if use_seeds else (), progress)
+        while len(results) > 8:
+            results.pop(next(iter(results)))
     except (AttnvizError, InputError) as e:
         ui.show_error(e)
+    finally:
+        bar.empty()
 
-res = ui.cached_result(("adversarial",) + key)
+res = results.get(key)
 if res is None:
     b2.caption(f"{len(lambdas)} λ × {restarts} restarts = a batch of {len(lambdas) * restarts}"
                + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
