@@ -437,7 +437,7 @@ def test_causal_rows_keep_future_at_zero(make_tiny):
 
 
 def test_large_sites_keep_the_envelopes_attention_only(make_tiny, monkeypatch):
-    monkeypatch.setattr(A, "ALPHA_KEEP", 100)
+    monkeypatch.setattr(A.settings, "ALPHA_KEEP", 100)
     lm = make_tiny("bert")
     fr = A.frontier(lm, SENTENCE, A.Site("all"), lambdas=[0.0, 0.1, 10.0], steps=10, restarts=1, permutations=5)
     assert set(fr.envelope) | set(fr.best) | {0} == set(fr.alpha_idx)

@@ -15,7 +15,8 @@ from .distances import tvd
 from .envelope import best_per_lambda, lower_envelope
 from .problem import Problem, prepare
 from .results import Frontier
-from .settings import ALPHA_KEEP, DEFAULT_LAMBDAS, INIT_FLOOR, Progress
+from . import settings
+from .settings import DEFAULT_LAMBDAS, INIT_FLOOR, Progress
 from .site import Site
 
 
@@ -180,7 +181,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     tp_v = np.concatenate([tp0] + rec_tp)
     best = best_per_lambda(jsd_v, tvd_v, lams.numpy())
     env = lower_envelope(jsd_v, tvd_v)
-    if alpha_v.size <= ALPHA_KEEP:
+    if alpha_v.size <= settings.ALPHA_KEEP:
         keep = np.arange(len(jsd_v))
     else:
         keep = np.unique(np.concatenate([[0], env, best]))
