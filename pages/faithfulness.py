@@ -176,6 +176,38 @@ best = corr.best(stat)[:, bi]
 st.caption("Highlighted: the best map in each layer (" +
            ", ".join(f"L{l + 1} {ui.method_label(corr.methods[m])}" for l, m in enumerate(best) if m >= 0) +
            "). n/a: undefined.")
+
+st.subheader("Which map should you believe? Ranked layer by layer", anchor=False)
+rk = corr.ranking(stat)
+
+
+def ranking_table(rk, baseline: str) -> pd.DataFrame:
+    """Rows L1.., columns 1st, 2nd, ...: the maps ordered by their correlation at that layer (a shared
+    place is written '=2.5'); undefined ones last as 'n/a'."""
+    data = {}
+    for l in range(rk.n_layers):
+        cells = []
+        for m, v, r in rk.order(l, baseline):
+            if not np.isfinite(r):
+                cells.append(f"{ui.method_label(m)} (n/a)")
+            else:
+                tie = "=" if np.sum(rk.rank[:, l, rk.baselines.index(baseline)] == r) > 1 else ""
+                cells.append(f"{tie}{r:g}. {ui.method_label(m)} ({v:+.2f})")
+        data[f"L{l + 1}"] = cells
+    return pd.DataFrame.from_dict(data, orient="index", columns=[f"#{k + 1}" for k in range(len(rk.methods))])
+
+
+st.dataframe(ranking_table(rk, baseline), key="fa_rank_table")
+order = sorted(range(len(rk.methods)), key=lambda i: (not np.isfinite(rk.summary[i, bi]),
+                                                       rk.summary[i, bi] if np.isfinite(rk.summary[i, bi]) else 0))
+lo, hi = rk.layers[0] + 1, rk.layers[-1] + 1
+st.caption(f"Each row: the maps in the order of their {STATS[stat]} against {F.baseline_label(baseline)} at that "
+           "layer (1 = agrees best; '=' marks a shared place, ties get the average of their places; n/a: "
+           f"undefined, not ranked). Summary rank = the mean place over the upper half of the layers (L{lo}–L{hi}) "
+           "— on this sentence: " +
+           ", ".join(f"{ui.method_label(rk.methods[i])} {rk.summary[i, bi]:.1f}" for i in order
+                     if np.isfinite(rk.summary[i, bi])) +
+           ". One sentence is noisy: the corpus study below averages many.")
 undefined = [n for n in notes if n.startswith("undefined")]
 for n in undefined:
     st.warning(ui.plain(n) + " — a constant vector has no ranking, so the correlation is not defined there.",
@@ -278,6 +310,16 @@ else:
                      key="fa_study_std")
         st.dataframe(corr_table(summ["count"][:, :, bj].astype(float), res.methods).style.format("{:.0f}"),
                      key="fa_study_count")
+    srk = res.ranking(sstat)
+    st.markdown("**Ranking over the study** (the maps ordered by their mean correlation, per layer)")
+    st.dataframe(ranking_table(srk, sb), key="fa_study_rank")
+    bj_order = sorted(range(len(srk.methods)), key=lambda i: (not np.isfinite(srk.summary[i, bj]),
+                                                               srk.summary[i, bj] if np.isfinite(srk.summary[i, bj]) else 0))
+    st.caption(f"Summary rank (mean place over L{srk.layers[0] + 1}–L{srk.layers[-1] + 1}) against "
+               f"{F.baseline_label(sb)}: " +
+               ", ".join(f"{ui.method_label(srk.methods[i])} {srk.summary[i, bj]:.1f}" for i in bj_order
+                         if np.isfinite(srk.summary[i, bj])) + f". {len(srk.ties())} ties, "
+               f"{len(srk.undefined())} undefined means (not ranked) over all baselines.")
     ref = F.ABNAR_ZUIDEMA_TABLE1
     st.caption("Abnar & Zuidema (2020) Table 1, Spearman vs blank-out, layers " +
                "/".join(map(str, ref["layers"])) + ": " +

@@ -80,6 +80,11 @@ class Correlations:
     def n_undefined(self) -> int:
         return int(np.isnan(self.rho).sum())
 
+    def ranking(self, stat: str = "spearman", layers: Optional[Sequence[int]] = None) -> "Ranking":
+        """The methods ranked by this sentence's correlation per (layer, baseline) (see Ranking)."""
+        return ranking(self.methods, self.baselines, self.stat(stat), "spearman" if stat in ("spearman", "rho")
+                       else "kendall", layers)
+
     def notes(self) -> list:
         """One line per undefined correlation, grouped by reason."""
         groups = {}
@@ -126,3 +131,143 @@ def correlate(maps: dict, imp: Importance, methods: Optional[Sequence[str]] = No
                 if why:
                     reasons[(m, l, b)] = why
     return Correlations(methods, baselines, rho, tau, ntok, reasons)
+
+
+# ---------------------------------------------------------------- ranking the methods
+TIE_DECIMALS = 9  # means equal to 9 decimals are a tie (the same ranks give the same ρ in every sentence)
+
+SUMMARY_RULE = ("summary rank = the mean, over the upper half of the layers (layers ⌊L/2⌋+1 … L), of the "
+                "method's rank within each (layer, baseline): rank 1 = the highest mean correlation; methods "
+                "whose means are equal to 9 decimals share the average of their places (1, 2.5, 2.5, 4, …); a "
+                "method whose mean is undefined (no defined correlation) at a layer gets no rank there and that "
+                "layer is left out of its average; overall = the mean of the summary ranks over the baselines")
+
+
+def upper_layers(n_layers: int) -> list:
+    """0-based layers of the upper half, ⌊L/2⌋ … L-1 (1-based ⌊L/2⌋+1 … L): 4-6 of 6, 16-30 of 30."""
+    return list(range(n_layers // 2, n_layers))
+
+
+def rank_methods(values: np.ndarray) -> np.ndarray:
+    """values [M, L, B] (higher = agrees better; NaN = undefined) -> ranks [M, L, B] within each (layer,
+    baseline): 1 = highest, ties (equal to TIE_DECIMALS decimals) share the average place, NaN where the
+    value is undefined (the defined methods are ranked among themselves)."""
+    v = np.round(np.asarray(values, dtype=np.float64), TIE_DECIMALS)
+    out = np.full(v.shape, np.nan)
+    for l in range(v.shape[1]):
+        for b in range(v.shape[2]):
+            col = v[:, l, b]
+            ok = np.isfinite(col)
+            if ok.any():
+                out[ok, l, b] = scipy.stats.rankdata(-col[ok], method="average")
+    return out
+
+
+@dataclass
+class Ranking:
+    """The methods ranked by a correlation per (layer, baseline), and a summary rank (SUMMARY_RULE)."""
+
+    methods: list
+    baselines: list
+    value: np.ndarray  # [M, L, B] what is ranked (a sentence's ρ, or a study's mean ρ); NaN = undefined
+    rank: np.ndarray  # [M, L, B] 1 = best; NaN where value is undefined
+    layers: list  # 0-based layers the summary averages over
+    summary: np.ndarray  # [M, B] mean rank over `layers` (NaN if undefined at all of them)
+    n_ranked: np.ndarray  # [M, B] layers of `layers` where the method was ranked
+    upper_value: np.ndarray  # [M, B] mean of `value` over the same layers (where defined)
+    overall: np.ndarray  # [M] mean of summary over the baselines where defined
+    stat: str = "spearman"
+    rule: str = SUMMARY_RULE
+
+    @property
+    def n_layers(self) -> int:
+        return self.value.shape[1]
+
+    def undefined(self) -> list:
+        """(method, layer 0-based, baseline) where the value, so the rank, is undefined."""
+        return [(self.methods[m], int(l), self.baselines[b]) for m, l, b in zip(*np.nonzero(~np.isfinite(self.value)))]
+
+    def ties(self) -> list:
+        """(layer 0-based, baseline, [methods sharing one place]) for every tie."""
+        out = []
+        for l in range(self.n_layers):
+            for b in range(len(self.baselines)):
+                col = self.rank[:, l, b]
+                for r in sorted({x for x in col if np.isfinite(x)}):
+                    who = [self.methods[m] for m in np.nonzero(col == r)[0]]
+                    if len(who) > 1:
+                        out.append((l, self.baselines[b], who))
+        return out
+
+    def order(self, layer: int, baseline: str) -> list:
+        """[(method, value, rank)] at one layer (0-based) and baseline, best first; undefined last."""
+        b = self.baselines.index(baseline)
+        items = [(m, float(self.value[i, layer, b]), float(self.rank[i, layer, b])) for i, m in enumerate(self.methods)]
+        return sorted(items, key=lambda t: (not np.isfinite(t[2]), t[2] if np.isfinite(t[2]) else 0.0, t[0]))
+
+    def rows(self) -> list:
+        """Long format: method, layer (1-based), baseline, stat, value, rank (None where undefined)."""
+        f = lambda x: float(x) if np.isfinite(x) else None  # noqa: E731
+        return [dict(method=m, layer=l + 1, baseline=b, stat=self.stat, value=f(self.value[mi, l, bi]),
+                     rank=f(self.rank[mi, l, bi]))
+                for mi, m in enumerate(self.methods) for l in range(self.n_layers) for bi, b in enumerate(self.baselines)]
+
+    def to_dict(self) -> dict:
+        f = lambda x: float(x) if np.isfinite(x) else None  # noqa: E731
+        return dict(stat=self.stat, rule=self.rule, summary_layers=[l + 1 for l in self.layers],
+                    baselines=self.baselines,
+                    methods=[dict(method=m, overall=f(self.overall[mi]),
+                                  summary_rank={b: f(self.summary[mi, bi]) for bi, b in enumerate(self.baselines)},
+                                  layers_ranked={b: int(self.n_ranked[mi, bi]) for bi, b in enumerate(self.baselines)},
+                                  upper_mean={b: f(self.upper_value[mi, bi]) for bi, b in enumerate(self.baselines)},
+                                  last_layer_rank={b: f(self.rank[mi, -1, bi]) for bi, b in enumerate(self.baselines)})
+                             for mi, m in enumerate(self.methods)],
+                    undefined=[dict(method=m, layer=l + 1, baseline=b) for m, l, b in self.undefined()],
+                    ties=[dict(layer=l + 1, baseline=b, methods=w) for l, b, w in self.ties()])
+
+    def markdown(self, label=None) -> str:
+        """Methods (best overall first) × baselines: summary rank (mean value over the same layers)."""
+        label = label or (lambda m: m)
+        lo, hi = self.layers[0] + 1, self.layers[-1] + 1
+        head = (f"| method (layers {lo}–{hi}) | " + " | ".join(self.baselines) + " | overall |")
+        lines = [head, "|---" * (len(self.baselines) + 2) + "|"]
+        idx = sorted(range(len(self.methods)),
+                     key=lambda i: (not np.isfinite(self.overall[i]), self.overall[i] if np.isfinite(self.overall[i]) else 0))
+        for i in idx:
+            cells = []
+            for b in range(len(self.baselines)):
+                r, v = self.summary[i, b], self.upper_value[i, b]
+                cells.append("n/a" if not np.isfinite(r) else f"{r:.1f} ({v:+.2f})")
+            o = self.overall[i]
+            lines.append(f"| {label(self.methods[i])} | " + " | ".join(cells) + f" | {'n/a' if not np.isfinite(o) else f'{o:.1f}'} |")
+        return "\n".join(lines)
+
+    def layer_markdown(self, baseline: str, label=None) -> str:
+        """Methods × layers: rank (value) against one baseline."""
+        label = label or (lambda m: m)
+        b = self.baselines.index(baseline)
+        L = self.n_layers
+        lines = ["| method | " + " | ".join(f"L{l + 1}" for l in range(L)) + " |", "|---" * (L + 1) + "|"]
+        for i, m in enumerate(self.methods):
+            cells = ["n/a" if not np.isfinite(self.rank[i, l, b]) else
+                     f"{self.rank[i, l, b]:g} ({self.value[i, l, b]:+.2f})" for l in range(L)]
+            lines.append(f"| {label(m)} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+
+def ranking(methods: Sequence[str], baselines: Sequence[str], values: np.ndarray, stat: str = "spearman",
+            layers: Optional[Sequence[int]] = None) -> Ranking:
+    """values [M, L, B] -> Ranking (summary over `layers`, 0-based; default the upper half)."""
+    v = np.asarray(values, dtype=np.float64)
+    M, L, B = v.shape
+    layers = list(upper_layers(L) if layers is None else layers)
+    rank = rank_methods(v)
+    sub, subv = rank[:, layers, :], v[:, layers, :]
+    n = np.isfinite(sub).sum(1)
+    with np.errstate(invalid="ignore"):
+        summary = np.where(n > 0, np.nansum(np.where(np.isfinite(sub), sub, 0), 1) / np.maximum(n, 1), np.nan)
+        nv = np.isfinite(subv).sum(1)
+        upper = np.where(nv > 0, np.where(np.isfinite(subv), subv, 0).sum(1) / np.maximum(nv, 1), np.nan)
+        nb = np.isfinite(summary).sum(1)
+        overall = np.where(nb > 0, np.where(np.isfinite(summary), summary, 0).sum(1) / np.maximum(nb, 1), np.nan)
+    return Ranking(list(methods), list(baselines), v, rank, layers, summary, n, upper, overall, stat)

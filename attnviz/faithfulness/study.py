@@ -28,6 +28,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import AttnvizError, InputError
+from .correlation import Ranking, ranking
 from .importance import BASELINES, DEFAULT_IG_STEPS, output_kind
 from .sentence import CORE_METHODS, available_methods, score_sentence
 
@@ -141,6 +142,12 @@ class StudyResult:
         return {m: [(float(summ["mean"][mi, l, bi]), float(summ["std"][mi, l, bi])) for l in range(self.n_layers)]
                 for mi, m in enumerate(self.methods) if methods is None or m in methods}
 
+    def ranking(self, stat: str = "spearman", layers: Optional[Sequence[int]] = None) -> Ranking:
+        """The methods ranked by their mean correlation per (layer, baseline), and the summary rank
+        (correlation.SUMMARY_RULE: mean rank over the upper half of the layers). A mean is undefined
+        where no sentence gave a defined correlation."""
+        return ranking(self.methods, self.baselines, self.summary()[stat]["mean"], stat, layers)
+
     def markdown(self, baseline: str, stat: str = "spearman", methods: Optional[Sequence[str]] = None) -> str:
         """A method × layer table of mean ± std (the best mean per layer in bold)."""
         tab = self.table(baseline, stat, methods)
@@ -160,13 +167,34 @@ class StudyResult:
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
+    def ranking_report(self, rk: Optional[Ranking] = None) -> str:
+        """ranking.md: the definition, the summary-rank table, one rank-per-layer table per baseline,
+        the ties and the undefined means."""
+        rk = rk or self.ranking()
+        s = self.settings
+        out = [f"# Ranking of the maps: {s.get('model', '?')}, {self.n_sentences} sentences, mean Spearman ρ", "",
+               rk.rule + ".", "",
+               "Cells: summary rank (mean ρ over the same layers); lower rank = closer to the baseline.", "",
+               rk.markdown(), ""]
+        for b in rk.baselines:
+            out += [f"## Rank per layer (mean ρ) vs {b}", "", rk.layer_markdown(b), ""]
+        ties = rk.ties()
+        out.append(f"Ties (means equal to 9 decimals, sharing one place): {len(ties)}" + (":" if ties else "."))
+        out += [f"- L{l + 1} vs {b}: {', '.join(w)}" for l, b, w in ties]
+        und = rk.undefined()
+        out += ["", f"Undefined means (no sentence with a defined correlation; not ranked): {len(und)}"
+                + (":" if und else ".")]
+        out += [f"- {m} L{l + 1} vs {b}" for m, l, b in und]
+        return "\n".join(out) + "\n"
+
     def to_json(self) -> dict:
         return dict(settings=self.settings, methods=self.methods, baselines=self.baselines, n_layers=self.n_layers,
                     n_sentences=self.n_sentences, skipped=[dict(i=i, reason=r) for i, r in self.skipped],
                     left_out=self.left_out, resumed=self.resumed, seconds=self.seconds, notes=self.notes,
                     ig_completeness_rel_max=_num(max((r.get("ig_rel", 0.0) or 0.0) for r in self.records)
                                                  if self.records else float("nan")),
-                    accuracy=self.accuracy(), summary=self.rows(), reference_abnar_zuidema_table1=ABNAR_ZUIDEMA_TABLE1)
+                    accuracy=self.accuracy(), summary=self.rows(), ranking=self.ranking().to_dict(),
+                    reference_abnar_zuidema_table1=ABNAR_ZUIDEMA_TABLE1)
 
     def accuracy(self) -> Optional[float]:
         """Share of contrast items with p(correct) > p(wrong) (None without contrasts)."""
@@ -174,11 +202,19 @@ class StudyResult:
         return float(np.mean([v > 0 for v in f])) if f else None
 
     def write(self, out_dir, png: bool = False) -> dict:
-        """summary.csv, summary.json, summary.html (and summary.png if png) into out_dir -> {kind: path}."""
+        """summary.csv, summary.json, summary.html, ranking.csv, ranking.md (and summary.png if png) into
+        out_dir -> {kind: path}. The html shows the figure and the ranking (mean Spearman ρ)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"csv": out / "summary.csv", "json": out / "summary.json", "html": out / "summary.html"}
+        paths = {"csv": out / "summary.csv", "json": out / "summary.json", "html": out / "summary.html",
+                 "ranking_csv": out / "ranking.csv", "ranking_md": out / "ranking.md"}
         rows = self.rows()
+        rk = self.ranking()
+        with open(paths["ranking_csv"], "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=["method", "layer", "baseline", "stat", "value", "rank"])
+            w.writeheader()
+            w.writerows(rk.rows())
+        paths["ranking_md"].write_text(self.ranking_report(rk), encoding="utf-8")
         with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["method"])
             w.writeheader()
@@ -186,11 +222,43 @@ class StudyResult:
         paths["json"].write_text(json.dumps(self.to_json(), indent=1, allow_nan=False), encoding="utf-8")
         from .figures import study_figure
         fig = study_figure(self)
-        fig.write_html(str(paths["html"]), include_plotlyjs="cdn")
+        paths["html"].write_text(_html_page(fig, self, rk), encoding="utf-8")
         if png:
             paths["png"] = out / "summary.png"
             fig.write_image(str(paths["png"]), width=1400, height=450 * ((len(self.baselines) + 2) // 3))
         return {k: str(v) for k, v in paths.items()}
+
+
+def _html_page(fig, res, rk) -> str:
+    """The study figure and the ranking tables (summary rank per baseline; rank per layer) on one page."""
+    import html as H
+
+    def table(head, body):
+        th = "".join(f"<th>{H.escape(str(h))}</th>" for h in head)
+        trs = "".join("<tr>" + "".join(f"<td>{H.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+    fmt = lambda r, v: "n/a" if not math.isfinite(r) else f"{r:g} ({v:+.2f})"  # noqa: E731
+    order = sorted(range(len(rk.methods)), key=lambda i: (not math.isfinite(rk.overall[i]),
+                                                           rk.overall[i] if math.isfinite(rk.overall[i]) else 0))
+    lo, hi = rk.layers[0] + 1, rk.layers[-1] + 1
+    parts = [f"<h2>Ranking: summary rank over layers {lo}–{hi} (mean ρ over those layers)</h2>",
+             f"<p>{H.escape(rk.rule)}.</p>",
+             table(["method"] + rk.baselines + ["overall"],
+                   [[rk.methods[i]] + [fmt(round(float(rk.summary[i, b]), 2), rk.upper_value[i, b])
+                                       for b in range(len(rk.baselines))]
+                    + ["n/a" if not math.isfinite(rk.overall[i]) else f"{rk.overall[i]:.2f}"] for i in order])]
+    for bi, b in enumerate(rk.baselines):
+        parts.append(f"<h3>Rank per layer (mean ρ) vs {H.escape(b)}</h3>")
+        parts.append(table(["method"] + [f"L{l + 1}" for l in range(rk.n_layers)],
+                           [[m] + [fmt(rk.rank[mi, l, bi], rk.value[mi, l, bi]) for l in range(rk.n_layers)]
+                            for mi, m in enumerate(rk.methods)]))
+    extra = [f"undefined means (not ranked): {len(rk.undefined())}", f"ties: {len(rk.ties())}"]
+    parts.append("<p>" + H.escape("; ".join(extra)) + " (listed in summary.json, ranking).</p>")
+    style = ("<style>table{border-collapse:collapse;font:13px sans-serif;margin:8px 0}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>")
+    body = fig.to_html(full_html=False, include_plotlyjs="cdn") + "".join(parts)
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'>{style}</head><body>{body}</body></html>"
 
 
 def _num(v) -> Optional[float]:
