@@ -1,0 +1,180 @@
+"""Pilot (issue #16): the built-in architecture trained on real English plus the grammar.
+
+    python scripts/build_corpus.py --out assets/data/corpus
+    python -m attnviz.builtin.train_real --corpus assets/data/corpus --out /tmp/real0 --seed 0
+
+Differences from train.py: a WordPiece vocabulary learned from the corpus and the grammar's
+sentences (--vocab-size, lowercase; every answer/wrong word of both tasks is forced to be a whole
+word), and training items from the corpus besides the grammar's: every corpus sentence with
+is/are/was/were/has/have becomes a masked agreement item (one occurrence masked, the other number
+as the wrong word), and with his/her a masked pronoun item (wrong word: the other one). Same model
+(MODEL_CONFIG), same loss (vocabulary cross-entropy + answer-vs-wrong cross-entropy at [MASK]).
+The output folder is a model folder (`attnviz evaluate --model FOLDER --set real`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import grammar
+from .common import MODEL_CONFIG, Encoded, target_logits
+from .train import accuracy, batches, blank_unk, seed_everything
+
+PAIRS = {"is": "are", "are": "is", "was": "were", "were": "was", "has": "have", "have": "has"}
+PRON = {"his": "her", "her": "his"}
+
+
+def real_items(sentences: list[str], rng: random.Random) -> list[dict]:
+    items = []
+    for s in sentences:
+        words = s.split()
+        for table, task in ((PAIRS, "agreement"), (PRON, "pronoun")):
+            hits = [i for i, w in enumerate(words) if w.lower() in table]
+            if hits:
+                i = rng.choice(hits)
+                w = words[i].lower()
+                text = " ".join(words[:i] + ["[MASK]"] + words[i + 1:])
+                items.append({"text": text, "answer": w, "wrong": table[w], "task": task,
+                              "n_attractors": -1, "source": "corpus"})
+    return items
+
+
+def build_tokenizer(out: Path, texts: list[str], vocab_size: int, required: set[str]):
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizerFast
+
+    wp = BertWordPieceTokenizer(lowercase=True, clean_text=True, strip_accents=True)
+    wp.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2,
+                           special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                           wordpieces_prefix="##")
+    vocab = sorted(wp.get_vocab().items(), key=lambda kv: kv[1])
+    tokens = [t for t, _ in vocab]
+    have = set(tokens)
+    tokens += sorted(w for w in required if w not in have)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True,
+                            model_max_length=128)
+    tok.save_pretrained(str(out))
+    if not (out / "vocab.txt").exists():
+        (out / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return tok
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--vocab-size", type=int, default=12000)
+    ap.add_argument("--real-share", type=float, default=0.5)
+    ap.add_argument("--unk-prob", type=float, default=0.05)
+    ap.add_argument("--eval-every", type=int, default=250)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    seed_everything(args.seed)
+    rng = random.Random(args.seed)
+    out = Path(args.out)
+    t0 = time.time()
+    from transformers import BertConfig, BertForMaskedLM
+
+    sents = Path(args.corpus, "sentences.txt").read_text(encoding="utf-8").splitlines()
+    n_total = args.steps * args.batch_size
+    n_gram = int(n_total * (1 - args.real_share))
+    gram = []
+    for task in ("agreement", "pronoun"):
+        gram += grammar.generate(task, math.ceil(n_gram / 2), seed=args.seed, split="train")
+    real = real_items(sents, rng)
+    required = {w for it in gram + real for w in (it["answer"], it["wrong"])}
+    from .common import PACKAGE_DATA, read_jsonl
+    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl"):
+        required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
+    gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
+    tok = build_tokenizer(out, sents + gram_texts, args.vocab_size, required)
+    n_real = n_total - len(gram)
+    real_train = [real[i % len(real)] for i in range(max(0, n_real))]
+    items = gram + real_train
+    enc = Encoded(tok, items)
+    dev = {t: grammar.generate(t, 500, seed=1000 + args.seed, split="test")
+           for t in ("agreement", "pronoun")}
+    dev_enc = {t: Encoded(tok, v) for t, v in dev.items()}
+    print(f"data: {len(gram)} grammar + {len(real_train)} corpus items ({len(real)} distinct), "
+          f"vocab {len(tok)}, {time.time() - t0:.0f}s", flush=True)
+
+    config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **MODEL_CONFIG)
+    model = BertForMaskedLM(config)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-6)
+
+    def lr_at(step):
+        if step < args.warmup:
+            return (step + 1) / args.warmup
+        frac = (step - args.warmup) / max(1, args.steps - args.warmup)
+        return max(0.0, 0.5 * (1 + math.cos(math.pi * frac)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    plan = []
+    while len(plan) < args.steps:
+        plan += batches(enc, args.batch_size, rng)
+    plan = plan[:args.steps]
+    log, run = [], [0.0, 0.0]
+    t1 = time.time()
+    for step, idx in enumerate(plan):
+        b = enc.batch(idx, tok.pad_token_id)
+        blank_unk(b, tok, args.unk_prob, rng)
+        logits = target_logits(model, b)
+        rows = torch.arange(len(idx))
+        lv = torch.nn.functional.cross_entropy(logits, b["answer"])
+        pair = torch.stack([logits[rows, b["answer"]], logits[rows, b["wrong"]]], dim=1)
+        lp = torch.nn.functional.cross_entropy(pair, torch.zeros_like(b["answer"]))
+        opt.zero_grad(set_to_none=True)
+        (lv + lp).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        run[0] += lv.item()
+        run[1] += lp.item()
+        if (step + 1) % 50 == 0:
+            print(f"step {step + 1} loss {run[0] / 50:.3f} pair {run[1] / 50:.3f} "
+                  f"{time.time() - t1:.0f}s", flush=True)
+            log.append({"step": step + 1, "loss": run[0] / 50, "pair": run[1] / 50,
+                        "seconds": round(time.time() - t1, 1)})
+            run = [0.0, 0.0]
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            accs = {t: accuracy(model, dev_enc[t], dev[t], tok.pad_token_id) for t in dev}
+            print(f"step {step + 1} dev {json.dumps(accs)}", flush=True)
+            model.eval()
+            model.save_pretrained(str(out))
+            model.train()
+            if log:
+                log[-1]["dev"] = accs
+    model.eval()
+    model.save_pretrained(str(out))
+    info = {"command": "python -m attnviz.builtin.train_real " + " ".join(sys.argv[1:] if argv is None else argv),
+            "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
+            "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
+            "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents),
+            "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
+            "cpu_seconds": round(time.process_time(), 1), "threads": 1, "log": log}
+    (out / "train_log.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"saved {out} in {time.time() - t0:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Build the real-English corpus for the built-in models (issue #16), with one command:
+
+    python scripts/build_corpus.py --out assets/data/corpus
+
+Sources (Debian packages, fetched with `apt-get download`, never installed; nothing else is
+downloaded):
+- wordnet-base (Princeton WordNet 3.0, the WordNet licence: use, copy, modify and distribute
+  for any purpose, with the copyright notice): the usage examples quoted in the glosses
+  ("the cat is on the mat") and the glosses themselves.
+- fortunes, fortunes-min (BSD-style licence, see /usr/share/doc/fortunes/copyright in the
+  package): quotations and jokes, split into sentences. The "offensive" set is not in these
+  packages and is not used.
+
+Writes OUT/sentences.txt (one sentence a line, deduplicated, shuffled with a fixed seed),
+OUT/heldout.txt (2 % of the sentences, never trained on: the [UNK]-rate check) and
+OUT/SOURCES.md (counts and licences). The corpus is not committed (rebuild it with this command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+PACKAGES = ["wordnet-base", "fortunes", "fortunes-min"]
+SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
+WORD = re.compile(r"[A-Za-z]")
+
+
+def fetch(workdir: Path) -> Path:
+    """apt-get download the packages into workdir and unpack them; return the unpacked root."""
+    root = workdir / "x"
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["apt-get", "download", *PACKAGES], cwd=workdir, check=True)
+    for deb in glob.glob(str(workdir / "*.deb")):
+        subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
+    return root
+
+
+def clean(s: str) -> str | None:
+    s = " ".join(s.replace("``", '"').replace("''", '"').split())
+    s = s.strip(" -\t")
+    n_words = len(s.split())
+    if n_words < 4 or n_words > 40 or not WORD.search(s):
+        return None
+    if sum(c.isalpha() or c.isspace() for c in s) < 0.85 * len(s):   # code, ascii art, tables
+        return None
+    if not s[-1] in ".!?\"'":
+        s += " ."
+    return s
+
+
+def wordnet_sentences(root: Path) -> list[str]:
+    out = []
+    for f in sorted(glob.glob(str(root / "usr/share/wordnet/data.*"))):
+        for line in open(f, encoding="latin-1"):
+            if line.startswith("  ") or "|" not in line:
+                continue
+            gloss = line.split("|", 1)[1].strip()
+            for part in gloss.split(";"):
+                part = part.strip()
+                for ex in re.findall(r'"([^"]+)"', part):
+                    s = clean(ex)
+                    if s:
+                        out.append(s)
+                if part and '"' not in part:
+                    s = clean(part)
+                    if s:
+                        out.append(s)
+    return out
+
+
+def fortune_sentences(root: Path) -> list[str]:
+    out = []
+    for f in sorted(glob.glob(str(root / "usr/share/games/fortunes/*"))):
+        if os.path.splitext(f)[1] in (".dat", ".u8") or os.path.isdir(f):
+            continue
+        text = open(f, encoding="utf-8", errors="replace").read()
+        for entry in text.split("\n%\n"):
+            lines = [ln for ln in entry.splitlines() if not ln.strip().startswith("--")]
+            body = " ".join(ln.strip() for ln in lines)
+            for s in SENT_SPLIT.split(body):
+                s = clean(s)
+                if s:
+                    out.append(s)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default="assets/data/corpus")
+    ap.add_argument("--from-dir", default=None, help="already unpacked package root (skip apt)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.from_dir:
+        root = Path(args.from_dir)
+    else:
+        root = fetch(Path(tempfile.mkdtemp(prefix="attnviz_corpus_")))
+    wn, fo = wordnet_sentences(root), fortune_sentences(root)
+    seen, sents = set(), []
+    for s in wn + fo:
+        if s.lower() not in seen:
+            seen.add(s.lower())
+            sents.append(s)
+    random.Random(args.seed).shuffle(sents)
+    n_held = len(sents) // 50
+    (out / "heldout.txt").write_text("\n".join(sents[:n_held]) + "\n", encoding="utf-8")
+    (out / "sentences.txt").write_text("\n".join(sents[n_held:]) + "\n", encoding="utf-8")
+    n_words = sum(len(s.split()) for s in sents[n_held:])
+    (out / "SOURCES.md").write_text(
+        f"# Real-English corpus\n\nBuilt by `python scripts/build_corpus.py --out {out}`.\n\n"
+        f"- wordnet-base (WordNet licence): {len(wn)} sentences/glosses before deduplication\n"
+        f"- fortunes, fortunes-min (BSD-style): {len(fo)} sentences before deduplication\n\n"
+        f"Training: {len(sents) - n_held} sentences, {n_words} words; held out: {n_held}.\n",
+        encoding="utf-8")
+    print(f"{len(sents) - n_held} training sentences ({n_words} words), {n_held} held out -> {out}")
+
+
+if __name__ == "__main__":
+    main()
