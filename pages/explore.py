@@ -14,7 +14,9 @@ st.multiselect("Methods", list(METHODS), key="methods", persist_state="session",
                help="Several at once: they are drawn side by side with the same token axes. "
                     "The About page explains each one.")
 
-a = ui.analysis()
+# the cheap maps (attention, rollout) come at once; the others are computed after the maps are drawn
+# (ui.run_jobs at the end of this page: the estimate first, then a progress bar and a Cancel button)
+a = ui.analysis(stream=True, mixing=True)
 if a is None:
     st.stop()
 
@@ -60,15 +62,17 @@ with right:
 ui.show_token_strip(a, lm_)
 
 shown = [m for m in st.session_state.get("methods", []) if m in a.maps]
-if not shown:
+coming = [m for job in a.pending for m in job.methods]
+if not shown and not coming:
     st.info("Pick at least one method above to see its map.")
     st.stop()
+jobs_box = st.container(key="jobs")  # the estimate, progress and Cancel of the maps still to come
 
 
 # ---------------------------------------------------------------- maps (a fragment: sliders rerun only this)
 @st.fragment
 def maps_panel():
-    a = ui.analysis(ask=False)
+    a = ui.analysis(ask=False, mixing=True)  # only what is cached: the sliders never compute
     if a is None:
         return
     shown = [m for m in st.session_state.get("methods", []) if m in a.maps]
@@ -185,4 +189,7 @@ def maps_panel():
                    "the model spec and the attnviz version.")
 
 
-maps_panel()
+if shown:
+    maps_panel()
+if a.pending and ui.run_jobs(a, jobs_box):
+    st.rerun()  # the maps just computed are cached now: draw them all

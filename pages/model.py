@@ -61,8 +61,9 @@ else:
 
 st.button("Load this model", type="primary", disabled=new is None or new == cur, key="model_load",
           on_click=ui.set_spec, args=(new,))
-st.number_input("Token cap (longer texts get a message instead of an analysis)", min_value=4, max_value=4096,
-                step=8, key="cap", persist_state="session")
+st.number_input("Token cap (longer texts get a message instead of an analysis)", min_value=4, max_value=1 << 20,
+                step=8, key="cap", persist_state="session", placeholder=f"the model's own maximum: {ui.cap()}",
+                help="Empty: the model's own maximum (its max_position_embeddings).")
 
 st.subheader(f"Current model: {ui.plain(ui.spec())}", anchor=False)
 lm = ui.model()

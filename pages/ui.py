@@ -41,7 +41,10 @@ leave_pages_directory_mode()  # a page run directly (the first request of a fres
 
 DEFAULT_SPEC = "builtin:agreement"
 FALLBACK_SPEC = "pkg:minilm"
-DEFAULT_CAP = int(os.environ.get("ATTNVIZ_MAX_TOKENS", "128"))
+# the token cap: the model's own maximum (LoadedModel.max_tokens, its config's max_position_embeddings)
+# unless ATTNVIZ_MAX_TOKENS or the Model page sets one
+ENV_CAP = os.environ.get("ATTNVIZ_MAX_TOKENS")
+DEFAULT_CAP = int(ENV_CAP) if ENV_CAP else None
 # a method with a cost estimate (MethodInfo.estimate) above this waits until asked for
 ASK_SECONDS = float(os.environ.get("ATTNVIZ_ASK_SECONDS", os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5")))
 
@@ -201,7 +204,12 @@ def text() -> str:
 
 
 def cap() -> int:
-    return int(st.session_state.get("cap", DEFAULT_CAP) or DEFAULT_CAP)
+    """The token cap: the one set (ATTNVIZ_MAX_TOKENS, the Model page), else the model's own maximum."""
+    c = st.session_state.get("cap", DEFAULT_CAP) or DEFAULT_CAP
+    if c:
+        return int(c)
+    lm, _ = _try_load()
+    return lm.max_tokens if lm is not None else 128
 
 
 def target():
@@ -370,9 +378,12 @@ def cached_result(key: tuple):
         return None
 
 
-def with_progress(key: tuple, compute, what: str):
+def with_progress(key: tuple, compute, what: str, cancel_key=None):
     """compute(progress) once per key (cached for every session), with a progress bar that names the
-    stage and the time left; progress(f) or progress(stage, f) with f in [0, 1]."""
+    stage and the time left; progress(f) or progress(stage, f) with f in [0, 1]. cancel_key: the
+    progress callback raises schedule.Cancelled once that key is in the session's cancelled set (the
+    Cancel button's callback puts it there; Streamlit also stops the running script at the button's
+    click, at the bar's next update)."""
     try:
         return _progress_cache(key)
     except KeyError:
@@ -387,6 +398,8 @@ def with_progress(key: tuple, compute, what: str):
         name = "" if stage is None else (method_label(stage) if stage in METHODS else str(stage)) + ", "
         bar.progress(min(1.0, max(0.0, f)), text=f"{what}: {name}{100 * f:.0f} %{left}")
 
+    if cancel_key is not None:
+        progress = schedule.cancellable(progress, lambda: cancel_key in st.session_state.get("_cancelled", set()))
     try:
         _PENDING[key] = compute(progress)
         return _progress_cache(key)
@@ -395,37 +408,121 @@ def with_progress(key: tuple, compute, what: str):
         bar.empty()
 
 
-def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_: int):
+def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_: int, mixing: bool = True,
+             what: str = "Analysing the sentence", cancel_key=None):
     """attnviz.analyze, cached; while it runs, a progress bar with the stage and the time left."""
     lm = _load(spec_)
-    return with_progress(("analyze", spec_, text_, methods, target, cap_),
+    return with_progress(("analyze", spec_, text_, methods, target, cap_, mixing),
                          lambda progress: attnviz.analyze(lm, text_, methods=list(methods), target=target,
-                                                          max_tokens=cap_, progress=progress),
-                         "Analysing the sentence")
+                                                          max_tokens=cap_, progress=progress, mixing=mixing),
+                         what, cancel_key)
 
 
-def _apart(spec_: str, text_: str, target_: Optional[int], cap_: int, method: str, est: float):
+def _apart(spec_: str, text_: str, target_: Optional[int], cap_: int, method: str, est: float, cancel_key=None):
     """One method with a cost estimate, computed on its own (cached for every session), with a progress bar."""
     lm = _load(spec_)
     return with_progress(("apart", spec_, text_, target_, cap_, method),
                          lambda progress: schedule.compute_apart(lm, text_, target_, cap_, method, progress),
-                         f"Computing {method_label(method).lower()} (about {est:.0f} s)")
+                         f"Computing {method_label(method).lower()} (estimated {est:.0f} s)", cancel_key)
 
 
 def _confirm(key) -> None:
     st.session_state.setdefault("_asked", set()).add(key)
+    st.session_state.setdefault("_cancelled", set()).discard(key)
+
+
+def _cancel(key) -> None:
+    st.session_state.setdefault("_cancelled", set()).add(key)
+
+
+class Job:
+    """A long computation of a view, run after the cheap maps are drawn: key (its cache key and the key of
+    its buttons), what it computes (method names), the estimate, and run(cancel_key) -> its result."""
+
+    def __init__(self, key: tuple, methods: tuple, est: float, label: str, run):
+        self.key, self.methods, self.est, self.label, self.run = key, methods, est, label, run
+        self.slug = "_".join(methods) or "mixing"  # in the buttons' keys
+
+
+def _jobs(s, t, target_, c, n, rest, p, trace_seconds, mixing) -> list:
+    """The long parts of a view: the non-cheap methods (with the mixing ratios when asked for) in one
+    analyze() call, each method with its own estimate apart."""
+    jobs = []
+    if rest or mixing:
+        est = schedule.rough_seconds(rest, n, trace_seconds, mixing)
+        names = ", ".join(method_label(m).lower() for m in rest) or "the context-mixing ratios"
+        jobs.append(Job(("analyze", s, t, rest, target_, c, mixing), rest, est, names,
+                        lambda ck, est=est, names=names: _analyze(s, t, rest, target_, c, mixing,
+                                                                  f"Computing {names} (estimated {est:.0f} s)", ck)))
+    for m, est in {**p.apart, **p.ask}.items():
+        jobs.append(Job(("apart", s, t, target_, c, m), (m,), est, method_label(m).lower(),
+                        lambda ck, m=m, est=est: _apart(s, t, target_, c, m, est, ck)))
+    return jobs
+
+
+def _merge(a, res, job) -> None:
+    if job.key[0] == "apart":
+        a.maps[job.methods[0]] = res
+    else:
+        a.maps.update(res.maps)
+        a.mixing.update(res.mixing)
+        a.disabled.update(res.disabled)
+        a.timings.update({k: v for k, v in res.timings.items() if k != "trace"})
+        a.notes.extend(x for x in res.notes if x not in a.notes)
+
+
+def run_jobs(a, where=None) -> bool:
+    """Compute the long parts a view left for later (a.pending, from analysis(stream=True)), one after
+    another, each with its estimate shown first: over ASK_SECONDS it waits for a button; else it runs with
+    a progress bar and a Cancel button. A cancelled part shows "cancelled" and a button to run it again.
+    where: a container to draw in. -> True when something new was computed (the caller reruns to draw it)."""
+    new = False
+    box = where if where is not None else st.container()
+    for job in getattr(a, "pending", []):
+        ss = st.session_state
+        with box:
+            if job.key in ss.get("_cancelled", set()):
+                st.info(f"Cancelled: {plain(job.label)} (estimated {job.est:.0f} s) was not computed.",
+                        icon=":material/cancel:")
+                st.button(f"Compute {job.label} (about {job.est:.0f} s)", key=f"again_{job.slug}_{abs(hash(job.key))}",
+                          on_click=_confirm, args=(job.key,))
+                continue
+            if job.est > ASK_SECONDS and job.key not in ss.get("_asked", set()):
+                st.warning(f"Computing {plain(job.label)} for {len(a.tokens)} tokens would take about "
+                           f"{job.est:.0f} s. It is left out until you ask for it.", icon=":material/hourglass:")
+                st.button(f"Compute {job.label} (about {job.est:.0f} s)", key=f"ask_go_{job.slug}_{abs(hash(job.key))}",
+                          on_click=_confirm, args=(job.key,))
+                continue
+            slot = st.empty()
+            slot.button("Cancel", key=f"cancel_{job.slug}_{abs(hash(job.key))}", on_click=_cancel, args=(job.key,),
+                        icon=":material/cancel:", help=f"Stop computing {job.label}; the maps drawn stay.")
+            try:
+                job.run(job.key)
+                new = True
+            except schedule.Cancelled:
+                _cancel(job.key)
+                st.info(f"Cancelled: {plain(job.label)} was not computed.", icon=":material/cancel:")
+            except InputError as e:
+                show_error(e)
+            except Exception as e:  # noqa: BLE001 - one method failing must not take the other maps down
+                show_error(RuntimeError(f"{job.label} failed: {e}"))
+            finally:
+                slot.empty()
+    return new
 
 
 def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
-             text_: Optional[str] = None) -> Optional["attnviz.Analysis"]:
+             text_: Optional[str] = None, stream: bool = False,
+             mixing: bool = False) -> Optional["attnviz.Analysis"]:
     """attnviz.analyze for the current (spec, text, methods, target, cap), cached; None (after an
     error box) when the model or the text cannot be used. methods: default the selected ones.
 
-    Methods with a cost estimate (attnviz.schedule) are computed on their own; one whose estimate
-    exceeds ASK_SECONDS is left out (listed in .disabled with its estimate) until the user presses
-    the button shown here, then computed with a progress bar (ask=False: no warning, no button, e.g.
-    inside a fragment that reruns on its own). text_: another sentence than the sidebar's (the
-    minimal pair), analysed at its automatic target."""
+    The cheap maps (attention, rollout: the trace alone) come first, in one analyze() call; the rest
+    (one call with the mixing ratios; each method with its own cost estimate apart, see
+    attnviz.schedule) are "jobs" with an estimate. stream=True: only what is cached is merged in, the
+    others are listed in a.pending for run_jobs() (Explore draws the cheap maps first, then runs them).
+    stream=False: the jobs run here (ask=False: only cached ones are used, nothing is drawn, e.g. inside a
+    fragment). mixing: compute the context-mixing ratios too (Explore's exports). text_: another sentence than the sidebar's (the minimal pair), analysed at its automatic target."""
     lm = model()
     if lm is None:
         return None
@@ -442,30 +539,36 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
             except StreamlitAPIException:  # the row picker is already drawn in this run
                 pass
         n = len(enc.tokens)
-        asked = st.session_state.get("_asked", set())
-        p = schedule.plan(lm, methods, n, ASK_SECONDS, confirmed=lambda m: (s, enc.text, c, m) in asked)
-        a = _analyze(s, t, p.now, target_, c)
+        p = schedule.plan(lm, methods, n, float("inf"))  # every estimate is asked about in run_jobs
+        cheap, rest = schedule.split_cheap(p.now)
+        a = _analyze(s, t, cheap, target_, c, False)
     except InputError as e:
         if ask:
             show_error(e)
         return None
-    maps = dict(a.maps)
-    for m, est in p.apart.items():
-        try:
-            maps[m] = _apart(s, t, target_, c, m, est)
-        except Exception as e:  # noqa: BLE001 - one method failing must not take the other maps down
-            a.disabled[m] = f"{method_label(m)} failed: {e}"
-    for m, est in p.ask.items():
-        a.disabled[m] = f"not computed yet: about {est:.0f} s for this text (press the button to run it)"
-        if ask:
-            st.warning(schedule.ask_message(m, n, est), icon=":material/hourglass:")
-            key = (s, enc.text, c, m)
-            try:
-                st.button(f"Compute {method_label(m).lower()} (about {est:.0f} s)", key=f"ask_go_{m}_{abs(hash(key))}",
-                          on_click=_confirm, args=(key,))
-            except StreamlitAPIException:  # analysis() called twice in one run: one button is enough
-                pass
-    a.maps = {m: maps[m] for m in methods if m in maps}
+    jobs = _jobs(s, t, target_, c, n, rest, p, a.timings.get("trace", 0.1), mixing)
+    a.pending = []
+    for job in jobs:
+        res = cached_result(job.key)
+        if res is not None:
+            _merge(a, res, job)
+        else:
+            a.pending.append(job)
+    if not ask:
+        a.pending = []
+    elif a.pending and not stream:
+        before = list(a.pending)
+        run_jobs(a)
+        a.pending = []
+        for job in before:
+            res = cached_result(job.key)
+            if res is not None:
+                _merge(a, res, job)
+            else:
+                a.pending.append(job)
+    for m, why in p.limited.items():
+        a.disabled[m] = why
+    a.maps = {m: a.maps[m] for m in methods if m in a.maps}
     return a
 
 
