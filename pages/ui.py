@@ -423,7 +423,7 @@ def _apart(spec_: str, text_: str, target_: Optional[int], cap_: int, method: st
     lm = _load(spec_)
     return with_progress(("apart", spec_, text_, target_, cap_, method),
                          lambda progress: schedule.compute_apart(lm, text_, target_, cap_, method, progress),
-                         f"Computing {method_label(method).lower()} (estimated {est:.0f} s)", cancel_key)
+                         f"Computing {method_label(method).lower()} (estimated {secs(est)})", cancel_key)
 
 
 def _confirm(key) -> None:
@@ -433,6 +433,11 @@ def _confirm(key) -> None:
 
 def _cancel(key) -> None:
     st.session_state.setdefault("_cancelled", set()).add(key)
+
+
+def secs(x: float) -> str:
+    """An estimate in words: 0.4 s, 12 s, 3 min."""
+    return f"{x:.1f} s" if x < 10 else f"{x:.0f} s" if x < 120 else f"{x / 60:.0f} min"
 
 
 class Job:
@@ -453,7 +458,7 @@ def _jobs(s, t, target_, c, n, rest, p, trace_seconds, mixing) -> list:
         names = ", ".join(method_label(m).lower() for m in rest) or "the context-mixing ratios"
         jobs.append(Job(("analyze", s, t, rest, target_, c, mixing), rest, est, names,
                         lambda ck, est=est, names=names: _analyze(s, t, rest, target_, c, mixing,
-                                                                  f"Computing {names} (estimated {est:.0f} s)", ck)))
+                                                                  f"Computing {names} (estimated {secs(est)})", ck)))
     for m, est in {**p.apart, **p.ask}.items():
         jobs.append(Job(("apart", s, t, target_, c, m), (m,), est, method_label(m).lower(),
                         lambda ck, m=m, est=est: _apart(s, t, target_, c, m, est, ck)))
@@ -482,15 +487,15 @@ def run_jobs(a, where=None) -> bool:
         ss = st.session_state
         with box:
             if job.key in ss.get("_cancelled", set()):
-                st.info(f"Cancelled: {plain(job.label)} (estimated {job.est:.0f} s) was not computed.",
+                st.info(f"Cancelled: {plain(job.label)} (estimated {secs(job.est)}) was not computed.",
                         icon=":material/cancel:")
-                st.button(f"Compute {job.label} (about {job.est:.0f} s)", key=f"again_{job.slug}_{abs(hash(job.key))}",
+                st.button(f"Compute {job.label} (about {secs(job.est)})", key=f"again_{job.slug}_{abs(hash(job.key))}",
                           on_click=_confirm, args=(job.key,))
                 continue
             if job.est > ASK_SECONDS and job.key not in ss.get("_asked", set()):
                 st.warning(f"Computing {plain(job.label)} for {len(a.tokens)} tokens would take about "
-                           f"{job.est:.0f} s. It is left out until you ask for it.", icon=":material/hourglass:")
-                st.button(f"Compute {job.label} (about {job.est:.0f} s)", key=f"ask_go_{job.slug}_{abs(hash(job.key))}",
+                           f"{secs(job.est)}. It is left out until you ask for it.", icon=":material/hourglass:")
+                st.button(f"Compute {job.label} (about {secs(job.est)})", key=f"ask_go_{job.slug}_{abs(hash(job.key))}",
                           on_click=_confirm, args=(job.key,))
                 continue
             slot = st.empty()

@@ -5,6 +5,7 @@ temporary folder (loaded through the app's "local folder" path)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -456,3 +457,126 @@ def test_every_method_has_a_colour_bar_unit_and_an_explanation():
         assert ("of 1)" in name or "hidden units" in name), (m, name)
         assert ui.explain(m) == info.explain and len(info.explain) > 20, m
         assert ui.is_share(m) == bool(info.rows_sum_to_one), m
+
+
+def test_token_cap_is_the_models_own_maximum(app_spec, lm, monkeypatch):
+    """No cap set: the limit is the loaded model's max_position_embeddings (LoadedModel.max_tokens),
+    whatever it is; here it is made 20 for the model the app loads."""
+    from attnviz.models.load import LoadedModel
+    from pages import ui
+
+    assert ui.DEFAULT_CAP is None or "ATTNVIZ_MAX_TOKENS" in __import__("os").environ
+    monkeypatch.setattr(ui, "DEFAULT_CAP", None)
+    monkeypatch.setattr(LoadedModel, "max_tokens", property(lambda self: 20))
+    at = new_app(app_spec, methods="attention").run()
+    no_exception(at)
+    at.session_state["text"] = " ".join(["the dog"] * 12) + " [MASK] ."  # more than 20 tokens
+    at.run()
+    no_exception(at)
+    assert "limit is 20 tokens" in at.error[0].value.replace("\\", "")
+    assert not [c for c in at.get("plotly_chart") if c.proto.id.endswith("-maps")]
+    at.session_state["text"] = "the dogs [MASK] happy ."  # under 20: analysed
+    at.run()
+    no_exception(at)
+    assert len(chart(at, "maps")["data"]) == 1
+
+
+def test_estimate_shown_before_long_work_cheap_maps_first(app_spec, lm):
+    """Above the ask threshold the slow maps wait for a button that names their estimate; the cheap
+    map (attention) is drawn meanwhile; after the click both maps equal attnviz.analyze."""
+    from pages import ui
+
+    old = ui.ASK_SECONDS
+    ui.ASK_SECONDS = 0.0
+    try:
+        at = new_app(app_spec, methods="attention,value_norm", text="the dog near the doors [MASK] here .").run()
+        no_exception(at)
+        warn = [w.value.replace("\\", "") for w in at.warning if "would take about" in w.value]
+        assert warn and "value-weighted norm" in warn[0].lower()
+        assert re.search(r"about [\d.]+ (s|min)", warn[0])
+        z = [arr(tr["z"]) for tr in chart(at, "maps")["data"]]
+        assert len(z) == 1  # attention drawn, value norm waiting
+        ref = reference(lm, at.session_state["text"], ["attention", "value_norm"])
+        np.testing.assert_allclose(z[0], ref.maps["attention"].layer[0], rtol=1e-6)
+        btn = next(b for b in at.button if b.key and b.key.startswith("ask_go_value_norm_"))
+        assert re.search(r"about [\d.]+ (s|min)", btn.label)
+        btn.click().run()
+        no_exception(at)
+        z = [arr(tr["z"]) for tr in chart(at, "maps")["data"]]
+        assert len(z) == 2
+        np.testing.assert_allclose(z[1], ref.maps["value_norm"].layer[0], rtol=1e-5)
+    finally:
+        ui.ASK_SECONDS = old
+
+
+def test_cancel_stops_the_slow_maps_and_the_app_keeps_running(app_spec, lm, monkeypatch):
+    """Cancel pressed while the slow maps run (the Cancel button's callback called from inside the
+    computation): the computation stops at its next progress report, the page says "Cancelled", the
+    cheap map stays drawn and the sliders still work; the button under the note computes them."""
+    from pages import ui
+
+    real = attnviz.analyze
+    seen = {"slow": 0, "finished": 0}
+
+    def pressing_cancel(lm_, text_, methods=None, target=None, max_tokens=128, mixing=True, progress=None, **k):
+        if "value_norm" in (methods or []) and seen["slow"] == 0:
+            seen["slow"] += 1
+            ui._cancel(("analyze", ui.spec(), text_, tuple(methods), target, max_tokens, mixing))
+        out = real(lm_, text_, methods=methods, target=target, max_tokens=max_tokens, mixing=mixing,
+                   progress=progress, **k)
+        if "value_norm" in (methods or []):
+            seen["finished"] += 1
+        return out
+
+    monkeypatch.setattr(attnviz, "analyze", pressing_cancel)
+    # a sentence no other test uses: its maps are in no cache yet
+    at = new_app(app_spec, methods="attention,value_norm", text="the cats near the old door [MASK] here .").run()
+    no_exception(at)
+    assert seen == {"slow": 1, "finished": 0}  # stopped inside analyze, not after it
+    assert any(i.value.startswith("Cancelled") for i in at.info)
+    assert len(chart(at, "maps")["data"]) == 1  # the cheap map stays
+    at.slider(key="layer").set_value(2).run()  # the app keeps running
+    no_exception(at)
+    ref = real(lm, at.session_state["text"], methods=["attention", "value_norm"])  # not counted
+    np.testing.assert_allclose(arr(chart(at, "maps")["data"][0]["z"]), ref.maps["attention"].layer[1], rtol=1e-6)
+    again = next(b for b in at.button if b.key and b.key.startswith("again_value_norm_"))
+    again.click().run()
+    no_exception(at)
+    assert seen["finished"] == 1
+    z = [arr(tr["z"]) for tr in chart(at, "maps")["data"]]
+    assert len(z) == 2
+    np.testing.assert_allclose(z[1], ref.maps["value_norm"].layer[1], rtol=1e-5)
+
+
+def test_cancellable_progress_stops_analyze_between_methods(app_spec, lm):
+    """schedule.cancellable: once the flag is up, analyze stops at the next progress report, so later
+    methods are never computed (counted by wrapping their compute)."""
+    from attnviz import METHODS, schedule
+
+    flag, stages = [False], []
+
+    def progress(stage, f):
+        stages.append(stage)
+        if stage == "attention":
+            flag[0] = True  # "Cancel" pressed while attention runs
+
+    with pytest.raises(schedule.Cancelled):
+        attnviz.analyze(lm, "the dogs [MASK] happy .", methods=["attention", "value_norm", "rollout"],
+                        progress=schedule.cancellable(progress, lambda: flag[0]))
+    assert stages == ["attention"]  # value_norm and rollout never started
+    assert METHODS["attention"].cost == "cheap" and schedule.split_cheap(["value_norm", "rollout", "attention"]) == (
+        ("rollout", "attention"), ("value_norm",))
+
+
+def test_method_limit_names_the_longest_offered_text(lm):
+    """limit_reason: a method whose own estimate passes the limit is not offered, and the length it
+    names is the longest whose estimate stays under the limit (checked by a plain scan)."""
+    from attnviz import schedule
+
+    est = lambda n: schedule.estimate_seconds(lm, "flow", n)  # noqa: E731
+    limit = est(40) * 1.5
+    longest = max(n for n in range(1, 200) if est(n) <= limit)
+    assert schedule.limit_reason(lm, "flow", longest, limit) is None
+    why = schedule.limit_reason(lm, "flow", 199, limit)
+    assert why and f"offered up to {longest} tokens" in why
+    assert schedule.limit_reason(lm, "attention", 10_000, limit) is None  # no estimate: no limit
