@@ -183,3 +183,30 @@ def test_the_page_ranks_the_maps_per_layer(app_spec):
         np.testing.assert_allclose(vals, [col[g] for g in got], atol=0.006)
         assert sorted(got) == sorted(col.index)
     assert any("Summary rank = the mean place over the upper half" in c.value for c in at.caption)
+
+
+def test_the_page_ranks_the_maps_of_a_study(app_spec):
+    """After the page's study (3 sentences): the ranking table below the study's means orders the maps
+    by those means (plain sort)."""
+    from streamlit.testing.v1 import AppTest
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"] = app_spec
+    at.query_params["page"] = "faithfulness"
+    at.run()
+    at.number_input(key="fa_study_n").set_value(3)
+    at.button(key="fa_study_go").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    means = at.dataframe[2].value  # the study's mean table (then std and counts in an expander, then the ranking)
+    ranked = next(d.value for d in list(at.dataframe)[3:] if list(d.value.index)[:1] == ["L1"])
+    assert list(ranked.index) == list(means.columns)
+    for layer in means.columns:
+        col = means[layer].dropna()
+        cells = [c for c in ranked.loc[layer] if isinstance(c, str) and not c.endswith("(n/a)")]
+        got = [c.split(". ", 1)[1].rsplit(" (", 1)[0] for c in cells]
+        want = sorted(col.index, key=lambda m: -round(col[m], 9))
+        np.testing.assert_allclose([col[g] for g in got], [col[w] for w in want], atol=1e-12)
+    assert any(c.value.startswith("Summary rank (mean place over L") for c in at.caption)
