@@ -182,8 +182,8 @@ rk = corr.ranking(stat)
 
 
 def ranking_table(rk, baseline: str) -> pd.DataFrame:
-    """Rows L1.., columns 1st, 2nd, ...: the maps ordered by their correlation at that layer (a shared
-    place is written '=2.5'); undefined ones last as 'n/a'."""
+    """Rows L1.., columns #1, #2, ...: the maps ordered by their correlation at that layer, 'Label (+0.12)'
+    (', tied' where maps share a place); undefined ones last as 'Label (n/a)'."""
     data = {}
     for l in range(rk.n_layers):
         cells = []
@@ -191,18 +191,18 @@ def ranking_table(rk, baseline: str) -> pd.DataFrame:
             if not np.isfinite(r):
                 cells.append(f"{ui.method_label(m)} (n/a)")
             else:
-                tie = "=" if np.sum(rk.rank[:, l, rk.baselines.index(baseline)] == r) > 1 else ""
-                cells.append(f"{tie}{r:g}. {ui.method_label(m)} ({v:+.2f})")
+                tie = ", tied" if np.sum(rk.rank[:, l, rk.baselines.index(baseline)] == r) > 1 else ""
+                cells.append(f"{ui.method_label(m)} ({v:+.2f}){tie}")
         data[f"L{l + 1}"] = cells
     return pd.DataFrame.from_dict(data, orient="index", columns=[f"#{k + 1}" for k in range(len(rk.methods))])
 
 
-st.dataframe(ranking_table(rk, baseline), key="fa_rank_table")
+st.table(ranking_table(rk, baseline))
 order = sorted(range(len(rk.methods)), key=lambda i: (not np.isfinite(rk.summary[i, bi]),
                                                        rk.summary[i, bi] if np.isfinite(rk.summary[i, bi]) else 0))
 lo, hi = rk.layers[0] + 1, rk.layers[-1] + 1
 st.caption(f"Each row: the maps in the order of their {STATS[stat]} against {F.baseline_label(baseline)} at that "
-           "layer (1 = agrees best; '=' marks a shared place, ties get the average of their places; n/a: "
+           "layer (#1 = agrees best; 'tied': equal correlations, sharing the average of their places; n/a: "
            f"undefined, not ranked). Summary rank = the mean place over the upper half of the layers (L{lo}–L{hi}) "
            "— on this sentence: " +
            ", ".join(f"{ui.method_label(rk.methods[i])} {rk.summary[i, bi]:.1f}" for i in order
@@ -312,7 +312,7 @@ else:
                      key="fa_study_count")
     srk = res.ranking(sstat)
     st.markdown("**Ranking over the study** (the maps ordered by their mean correlation, per layer)")
-    st.dataframe(ranking_table(srk, sb), key="fa_study_rank")
+    st.table(ranking_table(srk, sb))
     bj_order = sorted(range(len(srk.methods)), key=lambda i: (not np.isfinite(srk.summary[i, bj]),
                                                                srk.summary[i, bj] if np.isfinite(srk.summary[i, bj]) else 0))
     st.caption(f"Summary rank (mean place over L{srk.layers[0] + 1}–L{srk.layers[-1] + 1}) against "

@@ -167,17 +167,18 @@ def test_the_page_ranks_the_maps_per_layer(app_spec):
     at.query_params["page"] = "faithfulness"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    # (AppTest keeps no element keys for dataframes: the first two on the page are the correlation table
-    # and the ranking below it)
-    table = at.dataframe[0].value  # rows: map labels, columns: L1..
-    ranked = at.dataframe[1].value  # rows: L1.., columns: #1..
+    table = at.dataframe[0].value  # the correlation table; rows: map labels, columns: L1..
+    ranked = at.table[0].value  # the ranking below it (a static table); rows: L1.., columns: #1..
     assert list(ranked.index) == list(table.columns)
     for layer in table.columns:
         col = table[layer].dropna()
         cells = [c for c in ranked.loc[layer] if isinstance(c, str) and not c.endswith("(n/a)")]
         assert len(cells) == len(col)
-        # each cell: "[=]place. Label (+0.12)": the labels in the order of the values (plain sort)
-        got = [c.split(". ", 1)[1].rsplit(" (", 1)[0] for c in cells]
+        # each cell: "Label (+0.12)[, tied]": the labels in the order of the values (plain sort)
+        tied = [c.endswith(", tied") for c in cells]
+        cells = [c.removesuffix(", tied") for c in cells]
+        got = [c.rsplit(" (", 1)[0] for c in cells]
+        assert tied == [sum(round(col[x], 9) == round(col[g], 9) for x in col.index) > 1 for g in got]
         vals = [float(c.rsplit("(", 1)[1].rstrip(")")) for c in cells]
         assert vals == sorted(vals, reverse=True)
         np.testing.assert_allclose(vals, [col[g] for g in got], atol=0.006)
@@ -200,13 +201,13 @@ def test_the_page_ranks_the_maps_of_a_study(app_spec):
     at.button(key="fa_study_go").click()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    means = at.dataframe[2].value  # the study's mean table (then std and counts in an expander, then the ranking)
-    ranked = next(d.value for d in list(at.dataframe)[3:] if list(d.value.index)[:1] == ["L1"])
+    means = at.dataframe[1].value  # the study's mean table
+    ranked = at.table[1].value  # its ranking (the sentence's is table 0)
     assert list(ranked.index) == list(means.columns)
     for layer in means.columns:
         col = means[layer].dropna()
         cells = [c for c in ranked.loc[layer] if isinstance(c, str) and not c.endswith("(n/a)")]
-        got = [c.split(". ", 1)[1].rsplit(" (", 1)[0] for c in cells]
+        got = [c.removesuffix(", tied").rsplit(" (", 1)[0] for c in cells]
         want = sorted(col.index, key=lambda m: -round(col[m], 9))
         np.testing.assert_allclose([col[g] for g in got], [col[w] for w in want], atol=1e-12)
     assert any(c.value.startswith("Summary rank (mean place over L") for c in at.caption)
