@@ -139,6 +139,16 @@ def maps_panel():
                          cols=None if per_row in (None, "auto") else int(per_row), zmax=zmax,
                          log=bool(st.session_state.get("log_colour")),
                          cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= plots.MAX_CELL_TEXT)
+    n_lab = len(view.labels)
+    # x labels read top to bottom need 14 px each: up to 40 tokens the grid makes room; beyond that
+    # (SmolLM2 takes 8192 tokens) every k-th column is labelled
+    every = 1 if n_lab * 14 <= plots.MIN_WIDTH else -(-n_lab * 14 // (plots.MIN_WIDTH - 120))
+    if every > 1:  # a long text (SmolLM2 takes 8192 tokens): label every k-th column, the target's too
+        keep = sorted(set(range(0, n_lab, every)) | ({view.target} if view.target is not None else set()))
+        keep = [i for i in keep if i == view.target or all(abs(i - j) >= every or i == j for j in
+                                                           ([view.target] if view.target is not None else []))]
+        fig.update_xaxes(tickmode="array", tickvals=[view.labels[i] for i in keep],
+                         ticktext=[view.labels[i] for i in keep])
     if st.session_state.get("draw") == "lines":
         st.markdown(f"**{ui.plain(fig_title)}** — right: the receiving token (row i); left: the tokens it draws "
                     "from (column j). Line weight = the value, relative to the map's largest.")
@@ -150,6 +160,9 @@ def maps_panel():
                                height=46 + 22 * len(view.labels) + 70)
     else:
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    if every > 1:
+        st.caption(f"{n_lab} tokens: every {every}th column is labelled (and the target's); hover a cell for "
+                   "its row and column; every row is labelled.")
     if any("*" in t for t in titles):
         st.caption("\\* layer map: this method has no per-head form, so the picked head does not apply to it.")
     for m in shown:

@@ -36,6 +36,31 @@ import numpy as np  # noqa: E402
 
 fig = plots.head_grid(np.array(heads), np.array(layer_maps), view.labels, value_name=ui.value_name(method),
                       layer_label=METHODS[method].layer_map)
+# readable with many layers (SmolLM2: 30 x 9 + 1 cells) at 1024 px: rows of a fixed height (not
+# 1000 px / columns each, mostly blank), layer names written horizontally ("L12", not rotated 10 px
+# text), the colour scale as a short horizontal bar above the grid (not one bar the height of all 30
+# rows, whose title ends up off screen)
+ROW_PX, GAP_PX = (50, 6) if L > 12 else (90, 10)
+fig.update_layout(height=ROW_PX * L + 130, margin=dict(l=10, r=44, t=120, b=10))
+C = H + 1
+for l in range(L):  # rows ROW_PX apart with a GAP_PX gap (make_subplots' spacing is a share of the height)
+    top = 1 - l * ROW_PX / (ROW_PX * L)
+    dom = [max(0.0, top - (ROW_PX - GAP_PX) / (ROW_PX * L)), top]
+    for c in range(C):
+        k = l * C + c + 1
+        fig.layout["yaxis" if k == 1 else f"yaxis{k}"].domain = dom
+for ann in fig.layout.annotations:
+    if str(ann.text).startswith("layer ") and ann.textangle == 90:
+        l = int(ann.text.split()[1]) - 1
+        ann.update(text="L" + str(l + 1), textangle=0, xanchor="left", font=dict(size=12),
+                   y=1 - (l * ROW_PX + (ROW_PX - GAP_PX) / 2) / (ROW_PX * L))
+    else:
+        ann.update(font=dict(size=11))
+for tr in fig.data:
+    if tr.type == "heatmap" and tr.showscale:
+        tr.colorbar.update(orientation="h", lenmode="pixels", len=320, thickness=10, x=0, xanchor="left",
+                           y=1.0 + 34 / (ROW_PX * L), yanchor="bottom",
+                           title=dict(text=tr.colorbar.title.text, side="top"))
 
 
 def _open(layer: int, head: int) -> None:
