@@ -455,12 +455,12 @@ def _jobs(s, t, target_, c, n, rest, p, trace_seconds, mixing) -> list:
     jobs = []
     if rest or mixing:
         est = schedule.rough_seconds(rest, n, trace_seconds, mixing)
-        names = ", ".join(method_label(m).lower() for m in rest) or "the context-mixing ratios"
+        names = ", ".join(method_label(m) for m in rest) or "the context-mixing ratios"
         jobs.append(Job(("analyze", s, t, rest, target_, c, mixing), rest, est, names,
                         lambda ck, est=est, names=names: _analyze(s, t, rest, target_, c, mixing,
                                                                   f"Computing {names} (estimated {secs(est)})", ck)))
     for m, est in {**p.apart, **p.ask}.items():
-        jobs.append(Job(("apart", s, t, target_, c, m), (m,), est, method_label(m).lower(),
+        jobs.append(Job(("apart", s, t, target_, c, m), (m,), est, method_label(m),
                         lambda ck, m=m, est=est: _apart(s, t, target_, c, m, est, ck)))
     return jobs
 

@@ -5,6 +5,7 @@ python playwright; never `playwright install`."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -524,3 +525,32 @@ def test_failed_load_keeps_the_model_and_faithfulness_speaks_plainly(server, bro
     assert any(t.startswith("Raw attention") for t in titles) and not any(t.split(" ")[0] in attnviz.METHODS for t in titles)
     page.wait_for_selector("text=measured just now", timeout=120_000)
     page.close()
+
+
+def test_cheap_maps_first_then_cancel_in_the_browser(server, browser, spec):
+    """A long text with slow maps: the attention map is drawn while the slow part waits (its estimate
+    on a button) or runs (a progress bar and a Cancel button); Cancel stops it, the page says
+    "Cancelled", the attention map stays and the layer slider still redraws it."""
+    text = " ".join(["the key to the cabinet near the door"] * 14) + " [MASK] ."
+    methods = "attention,atb_ff,atb_ff_res,value_zeroing,decompx"
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = ctx.new_page()
+    page.goto(f"{server}/?model={quote(spec)}&methods={methods}&text={quote(text)}")
+    page.wait_for_selector(".st-key-maps .heatmaplayer", timeout=120_000)
+    n_maps = chart_js(page, "maps", "g => g.data.filter(t => t.type === 'heatmap').length")
+    assert n_maps == 1  # the cheap map, drawn before the slow ones are computed
+    ask = page.locator(".st-key-jobs button", has_text="about")
+    if ask.count():  # the estimate is over the ask threshold: it is shown first, on the button
+        assert re.search(r"would take about [\d.]+ (s|min)", page.locator(".st-key-jobs").inner_text())
+        ask.first.click()
+    cancel = page.get_by_role("button", name="Cancel")
+    cancel.wait_for(timeout=60_000)
+    cancel.click()
+    page.get_by_text("Cancelled").first.wait_for(timeout=60_000)
+    assert chart_js(page, "maps", "g => g.data.filter(t => t.type === 'heatmap').length") == 1
+    slider = page.get_by_role("slider").first
+    slider.focus()
+    slider.press("ArrowRight")
+    maps_title_has(page, "layer 2")
+    page.screenshot(path=str(SHOTS / "12_cancelled.png"))
+    ctx.close()
