@@ -335,6 +335,9 @@ def eval_md(results: list[dict], cov: dict) -> str:
                       f"{t['final_pair_loss']:.4f}); {r['size_mb']:.1f} MB.", ""]
         lines += model_section(r)
     lines += coverage_section(cov)
+    pilot = MODELS_DIR / "PILOT_REAL.md"   # issue #16 pilot on real English (hand-maintained)
+    if pilot.is_file():
+        lines += ["", pilot.read_text(encoding="utf-8").rstrip()]
     return "\n".join(lines) + "\n"
 
 
