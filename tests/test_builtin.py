@@ -175,3 +175,30 @@ def test_eval_sets_shipped():
     assert len(load_eval_set("agreement", n=200)) == 200
     with pytest.raises(ValueError):
         load_eval_set("sentiment")
+
+
+def test_real_corpus_items_mask_one_auxiliary_and_one_possessive():
+    """train_real.real_items: hand-written expectations for the corpus-to-item rule."""
+    import random
+
+    from attnviz.builtin.train_real import real_items
+
+    items = real_items(["The keys of the old house were lost in his garden .",
+                        "Nothing to mask here ."], random.Random(0))
+    assert [(it["task"], it["text"], it["answer"], it["wrong"]) for it in items] == [
+        ("agreement", "The keys of the old house [MASK] lost in his garden .", "were", "was"),
+        ("pronoun", "The keys of the old house were lost in [MASK] garden .", "his", "her"),
+    ]
+
+
+def test_build_corpus_cleaning_rules():
+    """scripts/build_corpus.py: the sentence filter keeps prose, drops fragments and symbols."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_corpus", ROOT / "scripts" / "build_corpus.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.clean("the cat is on the mat") == "the cat is on the mat ."
+    assert mod.clean("Too short") is None
+    assert mod.clean("|__| /\\ |__| /\\ ---- ==== ++++ ####") is None
+    assert mod.SENT_SPLIT.split("One two three. Four five six.") == ["One two three.", "Four five six."]
