@@ -47,6 +47,8 @@ ENV_CAP = os.environ.get("ATTNVIZ_MAX_TOKENS")
 DEFAULT_CAP = int(ENV_CAP) if ENV_CAP else None
 # a method with a cost estimate (MethodInfo.estimate) above this waits until asked for
 ASK_SECONDS = float(os.environ.get("ATTNVIZ_ASK_SECONDS", os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5")))
+# seconds to pause at every progress report: slow motion for tests and live demonstrations of Cancel (0: off)
+PROGRESS_PAUSE = float(os.environ.get("ATTNVIZ_PROGRESS_PAUSE", "0") or 0)
 
 # examples for masked LMs (the built-in models, BERT family) ...
 PRESETS = {
@@ -397,6 +399,8 @@ def with_progress(key: tuple, compute, what: str, cancel_key=None):
         left = f" — about {el / f * (1 - f):.0f} s left" if f > 0.05 and el > 1.0 else ""
         name = "" if stage is None else (method_label(stage) if stage in METHODS else str(stage)) + ", "
         bar.progress(min(1.0, max(0.0, f)), text=f"{what}: {name}{100 * f:.0f} %{left}")
+        if PROGRESS_PAUSE > 0:
+            time.sleep(PROGRESS_PAUSE)
 
     if cancel_key is not None:
         progress = schedule.cancellable(progress, lambda: cancel_key in st.session_state.get("_cancelled", set()))

@@ -4,6 +4,7 @@ $ATTNVIZ_SCREENSHOTS or /tmp/attnviz_screenshots). Needs /usr/bin/chromium (Debi
 python playwright; never `playwright install`."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -45,8 +46,14 @@ def spec(app_spec):
 @pytest.fixture(scope="module")
 def server():
     """`streamlit run app.py` on a free port of 127.0.0.1 -> base URL; stopped afterwards."""
+    with _serve() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(**extra_env):
     port = free_port()
-    env = dict(os.environ, ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1", **extra_env)
     log = open(SHOTS.parent / f"attnviz_streamlit_{port}.log", "w") if SHOTS.parent.is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
                              "--server.address", "127.0.0.1", "--server.headless", "true",
@@ -98,6 +105,13 @@ def chart_js(page, key: str, expr: str):
         """(g, expr) => { const plain = v => (ArrayBuffer.isView(v) || Array.isArray(v)) ? Array.from(v, plain)
                                               : (v && v._inputArray) ? {dtype: v.dtype, bdata: v.bdata, shape: v.shape} : v;
                           return plain(eval(expr)(g)); }""", expr)
+
+
+def wait_idle(page, timeout=180_000):
+    """Wait until the app's script has finished its run (Streamlit shows its status widget only while a
+    run is going on), so that a chart found now is not replaced a moment later."""
+    page.wait_for_timeout(300)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
 
 
 def maps_title_has(page, text: str, timeout=60_000):
@@ -477,17 +491,28 @@ def test_adversarial_demo(server, browser, spec):
     page.get_by_role("option", name="2", exact=True).click()
     page.get_by_role("button", name="Compute the frontier").click()
     page.wait_for_function("() => location.search.includes('adv_head=2')", timeout=60_000)
+    wait_idle(page)  # the search has finished and its chart replaced the previous head's
     page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=180_000)
-    time.sleep(1)
     assert page.get_by_role("slider").first.get_attribute("aria-valuenow") == before
     href = page.evaluate("location.href")
     assert all(k in href for k in ("adv_jsd=", "adv_head=2", "adv_steps=40", "adv_layer=6"))
     # the chart's own slider: the red marker moves while the handle is dragged (before the mouse is released)
+    from playwright.sync_api import Error as PlaywrightError
+
     g = ".st-key-adv_frontier_chart .js-plotly-plot"
-    x0 = chart_js(page, "adv_frontier_chart", "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
-    page.locator(f"{g} .slider-rail-rect").first.scroll_into_view_if_needed()
-    h = page.locator(f"{g} .slider-grip-rect").first.bounding_box()  # the first slider: attention change
-    rail = page.locator(f"{g} .slider-rail-rect").first.bounding_box()
+    for attempt in range(5):  # Streamlit may redraw the chart once more after a run (a new element each time)
+        wait_idle(page)
+        try:
+            x0 = chart_js(page, "adv_frontier_chart",
+                          "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
+            page.locator(f"{g} .slider-rail-rect").first.scroll_into_view_if_needed(timeout=5_000)
+            h = page.locator(f"{g} .slider-grip-rect").first.bounding_box()  # the first slider: attention change
+            rail = page.locator(f"{g} .slider-rail-rect").first.bounding_box()
+        except PlaywrightError:
+            h = rail = None
+        if h is not None and rail is not None:
+            break
+    assert h is not None and rail is not None, "the chart's slider never stayed on the page"
     y = rail["y"] + rail["height"] / 2
     page.mouse.move(h["x"] + h["width"] / 2, y)
     page.mouse.down()
@@ -527,10 +552,19 @@ def test_failed_load_keeps_the_model_and_faithfulness_speaks_plainly(server, bro
     page.close()
 
 
-def test_cheap_maps_first_then_cancel_in_the_browser(server, browser, spec):
+@pytest.fixture(scope="module")
+def slow_server():
+    """The app asking before every slow part (threshold 0 s) and pausing 0.5 s at each progress report,
+    so that the order (cheap map first, estimate, progress, Cancel) does not depend on the machine's speed."""
+    with _serve(ATTNVIZ_ASK_SECONDS="0", ATTNVIZ_PROGRESS_PAUSE="0.5") as url:
+        yield url
+
+
+def test_cheap_maps_first_then_cancel_in_the_browser(slow_server, browser, spec):
     """A long text with slow maps: the attention map is drawn while the slow part waits (its estimate
-    on a button) or runs (a progress bar and a Cancel button); Cancel stops it, the page says
+    on a button), then runs (a progress bar and a Cancel button); Cancel stops it, the page says
     "Cancelled", the attention map stays and the layer slider still redraws it."""
+    server = slow_server
     text = " ".join(["the key to the cabinet near the door"] * 14) + " [MASK] ."
     methods = "attention,atb_ff,atb_ff_res,value_zeroing,decompx"
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -540,9 +574,9 @@ def test_cheap_maps_first_then_cancel_in_the_browser(server, browser, spec):
     n_maps = chart_js(page, "maps", "g => g.data.filter(t => t.type === 'heatmap').length")
     assert n_maps == 1  # the cheap map, drawn before the slow ones are computed
     ask = page.locator(".st-key-jobs button", has_text="about")
-    if ask.count():  # the estimate is over the ask threshold: it is shown first, on the button
-        assert re.search(r"would take about [\d.]+ (s|min)", page.locator(".st-key-jobs").inner_text())
-        ask.first.click()
+    ask.first.wait_for(timeout=60_000)  # every estimate is over the 0 s threshold: shown first, on the button
+    assert re.search(r"would take about [\d.]+ (s|min)", page.locator(".st-key-jobs").inner_text())
+    ask.first.click()
     cancel = page.get_by_role("button", name="Cancel")
     cancel.wait_for(timeout=60_000)
     cancel.click()
