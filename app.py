@@ -1,8 +1,9 @@
 """attnviz app: `streamlit run app.py`.
 
 Page config, shared state from the URL, the sidebar (model picker and sentence box), and the
-navigation over the files in pages/. Set ATTNVIZ_TORCH_THREADS (e.g. 1 in tests) to cap torch's
-threads in the server.
+navigation (st.navigation) over the files in views/. The folder is not called pages/: that name
+switches Streamlit into its legacy multipage mode, where a first request for /heads runs that file
+alone. Set ATTNVIZ_TORCH_THREADS (e.g. 1 in tests) to cap torch's threads in the server.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 ROOT = Path(__file__).resolve().parent
-if str(ROOT) not in sys.path:  # `from pages import ui` and `import attnviz` from a checkout
+if str(ROOT) not in sys.path:  # `from views import ui` and `import attnviz` from a checkout
     sys.path.insert(0, str(ROOT))
 
 if os.environ.get("ATTNVIZ_TORCH_THREADS"):
@@ -21,24 +22,22 @@ if os.environ.get("ATTNVIZ_TORCH_THREADS"):
 
     torch.set_num_threads(max(1, int(os.environ["ATTNVIZ_TORCH_THREADS"])))
 
-from pages import ui  # noqa: E402
-
-ui.leave_pages_directory_mode()
+from views import ui  # noqa: E402
 
 st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout="wide")
 
 ui.init_state()
 
 # (file, title, icon); the optional pages appear only when their files exist
-PAGE_FILES = [("pages/explore.py", "Explore", ":material/grid_on:"),
-              ("pages/minimal_pair.py", "Minimal pair", ":material/compare:"),
-              ("pages/heads.py", "Heads", ":material/apps:"),
-              ("pages/flow_graph.py", "Flow graph", ":material/account_tree:"),
-              ("pages/faithfulness.py", "Faithfulness", ":material/fact_check:"),
-              ("pages/adversarial.py", "Adversarial", ":material/swap_horiz:"),
-              ("pages/context_mixing.py", "Context mixing", ":material/blender:"),
-              ("pages/model.py", "Model", ":material/memory:"),
-              ("pages/about.py", "About", ":material/help:")]
+PAGE_FILES = [("views/explore.py", "Explore", ":material/grid_on:"),
+              ("views/minimal_pair.py", "Minimal pair", ":material/compare:"),
+              ("views/heads.py", "Heads", ":material/apps:"),
+              ("views/flow_graph.py", "Flow graph", ":material/account_tree:"),
+              ("views/faithfulness.py", "Faithfulness", ":material/fact_check:"),
+              ("views/adversarial.py", "Adversarial", ":material/swap_horiz:"),
+              ("views/context_mixing.py", "Context mixing", ":material/blender:"),
+              ("views/model.py", "Model", ":material/memory:"),
+              ("views/about.py", "About", ":material/help:")]
 PAGES = {Path(f).stem: st.Page(f, title=t, icon=i, default=(k == 0))
          for k, (f, t, i) in enumerate(PAGE_FILES) if (ROOT / f).exists()}
 

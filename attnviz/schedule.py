@@ -1,4 +1,4 @@
-"""What the app computes for a view, and in which pieces: no Streamlit here (pages/ui.py keeps the
+"""What the app computes for a view, and in which pieces: no Streamlit here (views/ui.py keeps the
 widgets and the caching).
 
 A view asks for methods on (model, text, target, cap). Methods whose MethodInfo declares an `estimate`

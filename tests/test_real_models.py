@@ -122,7 +122,7 @@ def test_mask_in_any_case_and_nothing_before_it(smol):
 def test_causal_presets_are_answered_right(smol, name, answer):
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pages.ui import CAUSAL_PRESETS
+    from views.ui import CAUSAL_PRESETS
     a = attnviz.analyze(smol, CAUSAL_PRESETS[name], methods=["attention"])
     assert a.prediction[0][0] == answer
 
@@ -235,7 +235,7 @@ def test_the_sidebar_offers_examples_for_a_causal_model(smol):
 
     from streamlit.testing.v1 import AppTest
 
-    from pages import ui
+    from views import ui
     os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
     at.query_params["model"] = "pkg:smollm2"

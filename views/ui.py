@@ -1,6 +1,6 @@
 """Shared app state and helpers for every page: the model, the sentence, the cached analysis.
 
-Pages import it as `from pages import ui` and call ui.model(), ui.text(), ui.analysis(...). app.py
+Pages import it as `from views import ui` and call ui.model(), ui.text(), ui.analysis(...). app.py
 calls ui.init_state(), ui.sidebar() and ui.sync_url() on every run.
 
 The state that makes a view lives in st.session_state under the keys of URL_KEYS (the widgets use
@@ -21,23 +21,6 @@ import attnviz
 from attnviz import METHODS, InputError, ModelLoadError, schedule
 from attnviz.models.load import builtin_names, packaged_available
 
-
-def leave_pages_directory_mode() -> None:
-    """Streamlit starts a fresh server in the legacy 'pages/ directory' mode until some run calls
-    st.navigation; a first request for /heads would then run pages/heads.py alone, without app.py
-    (no sidebar, the wrong page list); AppTest even resets the mode before every run. Switch that
-    mode off and rerun, so app.py always runs as the plain entry script (app.py calls this first).
-    Streamlit 1.67 has no public switch for this mode: PagesManager sets it from whether a folder named
-    pages/ sits beside the entry script, so the public way out is to rename this folder (every page file
-    and `from pages import ui` move with it)."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
-
-
-leave_pages_directory_mode()  # a page run directly (the first request of a fresh server)
 
 DEFAULT_SPEC = "builtin:agreement"
 FALLBACK_SPEC = "pkg:minilm"

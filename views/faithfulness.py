@@ -15,8 +15,8 @@ from attnviz.errors import AttnvizError, InputError
 from attnviz.faithfulness import figures
 
 try:
-    from pages import ui
-except ImportError:  # run from inside pages/
+    from views import ui
+except ImportError:  # run from inside views/
     import ui
 
 STATS = {"spearman": "Spearman ρ", "kendall": "Kendall τ-b"}

@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnviz import METHODS, plots
 from attnviz import pair as P
-from pages import ui
+from views import ui
 
 st.title("Minimal pair")
 st.caption("Two sentences that differ in one word — a singular or plural attractor, “his” or “her” — analysed "

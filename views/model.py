@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz.models.load import builtin_names, packaged_available
-from pages import ui
+from views import ui
 
 st.title("Model")
 

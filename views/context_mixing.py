@@ -10,7 +10,7 @@ import streamlit as st
 from attnviz import context, plots
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
-from pages import ui
+from views import ui
 
 ATTN = ("Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N", "AttnResLn-N")
 FFN = ("AtbFf-N", "AtbFfRes-N", "AtbFfResLn-N")

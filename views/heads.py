@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz import METHODS, plots
-from pages import ui
+from views import ui
 
 PER_HEAD = [m for m, info in METHODS.items() if info.per_head]
 
@@ -86,4 +86,4 @@ pick_h = c2.selectbox("Head", list(range(H + 1)), key="heads_pick_head",
 c3.button("Open on Explore", on_click=_open, args=(pick_l, pick_h), key="heads_open")
 
 if st.session_state.pop("_goto_explore", False):
-    st.switch_page("pages/explore.py")
+    st.switch_page("views/explore.py")

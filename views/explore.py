@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz import METHODS, export, plots
-from pages import ui
+from views import ui
 
 st.title("Explore")
 st.caption("Each map is read row by row: row *i* is the token that receives information, column *j* the "
