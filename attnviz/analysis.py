@@ -98,7 +98,7 @@ def prediction_at(trace: Trace, top_k: int = 5):
         idx = ws[np.argsort(-p[ws])[:top_k]]
     else:
         idx = np.argsort(-p)[:top_k]
-    if lm.arch is not None and lm.arch.head_kind == "sequence" or lm.task == "classification":
+    if lm.output_kind == "sequence":
         labels = getattr(lm.config, "id2label", {}) or {}
         return [(str(labels.get(int(i), i)), float(p[i])) for i in idx], "sequence"
     return [(lm.tokenizer.convert_ids_to_tokens(int(i)), float(p[i])) for i in idx], "token"

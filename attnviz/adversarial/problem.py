@@ -158,10 +158,10 @@ def check_model(lm) -> str:
     if lm.check is not None and not lm.check.ok:
         raise AttnvizError(f"adversarial attention is disabled for this model: our recomputation does not "
                            f"match it ({lm.check.reason})")
-    if lm.arch.head is None or lm.arch.head_kind == "none":
+    if lm.arch.head is None or lm.arch.head_kind == "none" or lm.output_kind == "hidden":
         raise InputError(f"{lm.spec} is a plain encoder with no output head: it has no output distribution, "
                          f"so there is no TVD to measure; pick a model with a language-model or classifier head")
-    return "sequence" if lm.arch.head_kind == "sequence" else "token"
+    return lm.output_kind  # "token" or "sequence" here: a head exists
 
 
 def prepare(lm, text, site: Site, target: Optional[int] = None, dtype: torch.dtype = torch.float32,

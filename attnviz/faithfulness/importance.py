@@ -80,12 +80,9 @@ class Importance:
 
 
 def output_kind(lm) -> str:
-    """'token' (masked / causal LM), 'sequence' (classifier) or 'hidden' (no output head)."""
-    if lm.task in ("masked_lm", "causal_lm"):
-        return "token"
-    if lm.task == "classification":
-        return "sequence"
-    return "hidden"
+    """'token' (masked / causal LM), 'sequence' (classifier) or 'hidden' (no output head): the model's own
+    LoadedModel.output_kind, the one place that decides it."""
+    return lm.output_kind
 
 
 def blank_token(tokenizer) -> tuple:
