@@ -141,15 +141,15 @@ def predicted_id(lm: LoadedModel, enc: Encoded, logits: torch.Tensor) -> int:
 class Trace:
     """Per-layer intermediates of one sentence (batch dimension removed).
 
-    layers[l]: dict with x [n,d] (layer input), h [n,d] (attention input: x, or norm1(x) pre-LN),
-    probs [H,n,n], v [Hkv,n,dh], attn_out [n,d] (includes b_O), resid [n,d] (x + attn_out),
-    mid [n,d] (post-LN: norm1(resid)), ffn_in, ffn_pre [n,I], ffn_hidden [n,I], ffn_out [n,d],
-    resid2 [n,d], out [n,d]. fx[l]: f^h(x_j) = (h_j W_V^h + b_V^h) W_O^h as [H,n,d].
+    layers[l]: a models.forward.LayerState: the residual stream points resid_in -> resid_attn ->
+    resid_mid -> resid_ffn -> resid_out [n,d], attn_in, q, k, v, probs [H,n,n], attn_out [n,d]
+    (includes b_O) and the FFN's ffn_in, ffn_pre, ffn_gate_pre, ffn_hidden [n,I], ffn_out.
+    fx[l]: f^h(x_j) = (h_j W_V^h + b_V^h) W_O^h as [H,n,d] (h = attn_in).
     """
 
     lm: LoadedModel
     enc: Encoded
-    layers: list
+    layers: list  # [LayerState] per layer
     fx: list
     weights: list
     hidden_states: list  # the model's own, [n,d] each, L+1 entries
@@ -229,15 +229,15 @@ def trace(lm: LoadedModel, text_or_enc, dtype: torch.dtype = torch.float32, max_
             for li, w in enumerate(weights):
                 x = hs[li].to(dtype).unsqueeze(0)
                 r = layer_forward(w, x, rope=rope)
-                r = {k: (v[0] if v is not None else None) for k, v in r.items()}
+                r = r.first()
                 tr_layers.append(r)
-                fx.append(per_head_vectors(w, r["v"]))
+                fx.append(per_head_vectors(w, r.v))
                 ref = hs[li + 1]
-                mine = r["out"]
+                mine = r.resid_out
                 if li == L - 1 and lm.arch.final_norm is not None:
                     mine = apply_norm(mine, lm.arch.final_norm if dtype == torch.float32 else _cast_norm(lm.arch.final_norm, dtype))
                 errs.append(_rel(mine.float(), ref.float()))
-                attn_err = max(attn_err, float((r["probs"].float() - atts[li].float()).abs().max()))
+                attn_err = max(attn_err, float((r.probs.float() - atts[li].float()).abs().max()))
     else:
         weights = []
     return Trace(lm=lm, enc=enc, layers=tr_layers, fx=fx, weights=weights, hidden_states=hs, attentions=atts,
@@ -272,9 +272,9 @@ def self_check(lm: LoadedModel, text: str = PROBE) -> SelfCheck:
         per_layer = []
         L = len(kept)
         for li, r in enumerate(kept):
-            mine = final if li == L - 1 else r["out"]
+            mine = final if li == L - 1 else r.resid_out
             per_layer.append(_rel(mine, hs[li + 1]))
-        attn_err = float(np.max([float((r["probs"] - a).abs().max()) for r, a in zip(kept, out.attentions)]))
+        attn_err = float(np.max([float((r.probs - a).abs().max()) for r, a in zip(kept, out.attentions)]))
         logits_err = None
         if lm.arch.head is not None and getattr(out, "logits", None) is not None:
             logits_err = _rel(lm.arch.head(final), out.logits)

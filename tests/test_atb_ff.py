@@ -86,7 +86,7 @@ def test_completeness_against_model_output(tokenizer, family):
     tr = trace(lm, SENTENCE, dtype=torch.float64)
     hs = _real_outputs(lm, SENTENCE)
     L = tr.n_layers
-    pre_act_max = max(float(r["ffn_pre"].abs().max()) for r in tr.layers)
+    pre_act_max = max(float(r.ffn_pre.abs().max()) for r in tr.layers)
     assert pre_act_max > 3.0  # the non-linearity is exercised
     for l in range(L):
         sc = atb_ff.layer_parts(tr, l)
@@ -99,7 +99,7 @@ def test_completeness_against_model_output(tokenizer, family):
         assert err < 1e-6, (family, l, err)
         # the FFN scope alone against the real FFN output: model's pre-norm stream difference
         F, rF, _ = sc["atb_ff"]
-        ffn_real = tr.layers[l]["ffn_out"].double()
+        ffn_real = tr.layers[l].ffn_out.double()
         assert float(((F.sum(1) + rF - ffn_real).norm(dim=-1) / ffn_real.norm(dim=-1)).max()) < 1e-6
     m = METHODS["atb_ff_res_ln"].compute(tr)
     assert m.layer.shape == (L, len(tr.tokens), len(tr.tokens))
@@ -179,7 +179,7 @@ def _ffn_inputs_plain(tr, l):
     A, rA = attn_res_ln.parts(tr, l)
     if w.placement == "post":
         return A, rA
-    resid = tr.layers[l]["resid"].double()
+    resid = tr.layers[l].resid_attn.double()
     gamma = w.norm2.weight.double()
     n = A.shape[0]
     u = torch.zeros_like(A)
@@ -286,7 +286,7 @@ def test_post_ln_second_norm_distributed(tokenizer):
         sc = atb_ff.layer_parts(tr, l)
         R = sc["atb_ff_res"][0]
         ln = lm.model.bert.encoder.layer[l].output.LayerNorm
-        y = tr.layers[l]["resid2"].double()
+        y = tr.layers[l].resid_ffn.double()
         s = torch.sqrt(y.var(-1, unbiased=False) + ln.eps)
         ref = (R - R.mean(-1, keepdim=True)) * ln.weight.double() / s[:, None, None]
         assert torch.allclose(sc["atb_ff_res_ln"][0], ref.detach(), atol=1e-12)

@@ -77,7 +77,7 @@ def test_cuda_equals_cpu(tokenizer, family):
     torch.manual_seed(0)
     lm_gpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, device="cuda")
     assert lm_gpu.device.type == "cuda" and lm_gpu.check.ok, lm_gpu.check.reason
-    assert trace(lm_gpu, SENTENCE).layers[0]["x"].device.type == "cuda"
+    assert trace(lm_gpu, SENTENCE).layers[0].resid_in.device.type == "cuda"
     a = attnviz.analyze(lm_cpu, SENTENCE, methods=NO_FLOW)
     b = attnviz.analyze(lm_gpu, SENTENCE, methods=NO_FLOW)
     for k in NO_FLOW:

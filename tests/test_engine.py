@@ -31,7 +31,7 @@ def test_self_check_and_trace_match_model(make_tiny, family):
         out = lm.model(input_ids=tr.enc.ids, output_hidden_states=True, output_attentions=True)
     L = len(tr.layers)
     for l in range(L):
-        ours = tr.layers[l]["out"]
+        ours = tr.layers[l].resid_out
         if l == L - 1 and lm.arch.final_norm is not None:
             ours = torch.nn.functional.layer_norm(ours, ours.shape[-1:], lm.arch.final_norm.weight,
                                                   lm.arch.final_norm.bias, lm.arch.final_norm.eps) \
@@ -39,7 +39,7 @@ def test_self_check_and_trace_match_model(make_tiny, family):
                 ours * torch.rsqrt(ours.pow(2).mean(-1, keepdim=True) + lm.arch.final_norm.eps) * lm.arch.final_norm.weight
         ref = out.hidden_states[l + 1][0]
         assert torch.allclose(ours, ref, rtol=0, atol=1e-5 * ref.abs().max()), (family, l)
-        assert torch.allclose(tr.layers[l]["probs"], out.attentions[l][0], atol=1e-6)
+        assert torch.allclose(tr.layers[l].probs, out.attentions[l][0], atol=1e-6)
     if lm.task != "encoder":
         assert lm.check.logits_rel_err is not None and lm.check.logits_rel_err < 1e-5
 
@@ -246,7 +246,7 @@ def test_mixing_ratios_match_plain_formula(make_tiny):
         parts, _ = attn_res_ln.parts(tr, l)
         alpha = tr.attentions[l].double()
         f = tr.fx[l].double()
-        x = tr.layers[l]["x"].double()
+        x = tr.layers[l].resid_in.double()
         n = alpha.shape[-1]
         for i in range(n):
             vec = [sum(alpha[h, i, j] * f[h, j] for h in range(alpha.shape[0])) for j in range(n)]

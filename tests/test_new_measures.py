@@ -6,6 +6,9 @@ to every layer's output). The comparison with the authors' released code is scri
 (it needs their repositories, so it is not a test)."""
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import math
 
 import numpy as np
@@ -259,10 +262,10 @@ def test_value_zeroing_against_layer_forward_with_column_zeroed(tiny64, family):
     n = len(tr.tokens)
     for l in range(tr.n_layers):
         w, r = tr.weights[l], tr.layers[l]
-        x = r["x"].unsqueeze(0).expand(n, -1, -1)
+        x = r.resid_in.unsqueeze(0).expand(n, -1, -1)
         keep = 1 - torch.eye(n, dtype=torch.float64)  # batch b zeroes column b
-        out = layer_forward(w, x, rope=rope_for(lm.arch, x), attn_override=lambda p: p * keep[:, None, None, :])["out"]
-        orig = r["out"]
+        out = layer_forward(w, x, rope=rope_for(lm.arch, x), attn_override=lambda p: p * keep[:, None, None, :]).resid_out
+        orig = r.resid_out
         ref = 1 - torch.nn.functional.cosine_similarity(out, orig.unsqueeze(0), dim=-1)  # [j, i]
         np.testing.assert_allclose(value_zeroing.layer_scores(tr, l), ref.t().numpy(), atol=1e-10)
 
@@ -291,7 +294,7 @@ def test_globenc_plain_formula(tiny64, family):
         src = x if post else np.stack([_rms(p["n1"], x[j], x[j]) for j in range(n)])
         f = [_per_head_f(p["v"], p["o"], src[j], H, Hkv) for j in range(n)]
         N = np.zeros((n, n))
-        pre2 = tr.layers[l]["resid2"].numpy()
+        pre2 = tr.layers[l].resid_ffn.numpy()
         for i in range(n):
             z = [sum(a[h, i, j] * f[j][h] for h in range(H)) + (x[i] if i == j else 0) for j in range(n)]
             if post:
@@ -327,7 +330,9 @@ def _decompx_plain(lm):
     for l, lay in enumerate(_layers(lm)):
         x, a = hs[l].numpy(), att[l].numpy()
         n, d = x.shape
-        r = {k: (v.numpy() if v is not None else None) for k, v in tr.layers[l].items()}
+        st = tr.layers[l]
+        r = SimpleNamespace(**{f.name: (None if getattr(st, f.name) is None else getattr(st, f.name).numpy())
+                               for f in dataclasses.fields(st)})
         p = _bert_parts(lay) if post else _llama_parts(lay)
         (Wv, bv), (Wo, bo) = p["v"], p["o"]
         dh = Wo.shape[0] // H
@@ -356,23 +361,23 @@ def _decompx_plain(lm):
             if post:
                 P = []
                 for k in range(n):
-                    t, beta = _ln(p["ln1"], A[k], r["resid"][i])
+                    t, beta = _ln(p["ln1"], A[k], r.resid_attn[i])
                     P.append(t)
                 P = _absdot(P, beta)
                 (W1, b1), (W2, b2) = p["w1"], p["w2"]
-                z = r["ffn_in"][i] @ W1 + b1
+                z = r.ffn_in[i] @ W1 + b1
                 F1 = _absdot([q @ W1 for q in P], b1)
                 F2 = _absdot([(q * _gelu(z) / (z + 1e-12)) @ W2 for q in F1], b2)
                 R2 = [q + f2 for q, f2 in zip(P, F2)]
                 out = []
                 for k in range(n):
-                    t, beta = _ln(p["ln2"], R2[k], r["resid2"][i])
+                    t, beta = _ln(p["ln2"], R2[k], r.resid_ffn[i])
                     out.append(t)
                 out = _absdot(out, beta)
             else:
-                U = [_rms(p["n2"], q, r["resid"][i]) for q in A]
+                U = [_rms(p["n2"], q, r.resid_attn[i]) for q in A]
                 (Wg, _), (W1, _), (W2, _) = p["wg"], p["w1"], p["w2"]
-                g, u = r["ffn_in"][i] @ Wg, r["ffn_in"][i] @ W1
+                g, u = r.ffn_in[i] @ Wg, r.ffn_in[i] @ W1
                 out = [q + (0.5 * (_silu(g) * (uk @ W1) + _silu(g) / (g + 1e-12) * u * (uk @ Wg))) @ W2
                        for q, uk in zip(A, U)]
             new.append(out)

@@ -44,7 +44,7 @@ def tr64(tokenizer):
 def _f_plain(tr, l):
     """f^h(x_j) [H][n] list of vectors: (v^h_j) W_O^h, head by head, from the value vectors."""
     w = tr.weights[l]
-    v = tr.layers[l]["v"].double()  # [Hkv, n, dh]
+    v = tr.layers[l].v.double()  # [Hkv, n, dh]
     H, dh = w.n_heads, w.head_dim
     rep = H // w.n_kv_heads
     wo = w.wo.double()
@@ -54,10 +54,10 @@ def _f_plain(tr, l):
 def _z_plain(tr, l):
     """z_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i as an explicit [n, n, d] tensor, loops over i, j, h."""
     r = tr.layers[l]
-    a = r["probs"].double()
+    a = r.probs.double()
     f = _f_plain(tr, l)
     H, n, _ = a.shape
-    x = r["x"].double()
+    x = r.resid_in.double()
     z = torch.zeros(n, n, x.shape[1], dtype=torch.float64)
     for i in range(n):
         for j in range(n):
@@ -165,7 +165,7 @@ def test_norm_maps_against_explicit_vectors(tr64, family):
     for l in range(tr.n_layers):
         r = tr.layers[l]
         w = tr.weights[l]
-        a = r["probs"].double()
+        a = r.probs.double()
         f = _f_plain(tr, l)
         H, n, _ = a.shape
         # value norm: per head ||α f||, per layer ||Σ_h α f||
@@ -178,9 +178,9 @@ def test_norm_maps_against_explicit_vectors(tr64, family):
         z = _z_plain(tr, l)
         np.testing.assert_allclose(ar.layer[l], _norms(z), atol=1e-10)
         if post:
-            g1 = torch.stack([_ln_plain(z[i], w.norm1, r["resid"][i].double()) for i in range(n)])
+            g1 = torch.stack([_ln_plain(z[i], w.norm1, r.resid_attn[i].double()) for i in range(n)])
             np.testing.assert_allclose(arl.layer[l], _norms(g1), atol=1e-10)
-            g2 = torch.stack([_ln_plain(g1[i], w.norm2, r["resid2"][i].double()) for i in range(n)])
+            g2 = torch.stack([_ln_plain(g1[i], w.norm2, r.resid_ffn[i].double()) for i in range(n)])
             np.testing.assert_allclose(ge.meta["per_layer"][l], _norms(g2), atol=1e-10)
         else:
             np.testing.assert_allclose(arl.layer[l], _norms(z), atol=1e-10)
@@ -188,7 +188,7 @@ def test_norm_maps_against_explicit_vectors(tr64, family):
         # mixing ratios written out from the explicit vectors (attention part: z without x on the diagonal)
         za = z.clone()
         for i in range(n):
-            za[i, i] -= r["x"][i].double()
+            za[i, i] -= r.resid_in[i].double()
         np.testing.assert_allclose(mx["Attn-N"][l], _ratio_plain(za), atol=1e-10)
         np.testing.assert_allclose(mx["AttnRes-N"][l], _ratio_plain(z), atol=1e-10)
         if post:
@@ -206,7 +206,7 @@ def _ffn_parts_plain(tr, l, steps):
     post = w.placement == "post"
     nrm = w.norm1 if post else w.norm2
     z = _z_plain(tr, l)
-    real = r["resid"].double()
+    real = r.resid_attn.double()
     u = torch.stack([_ln_plain(z[i], nrm, real[i]) for i in range(n)])  # [n, n, d]
     bo = torch.zeros(z.shape[-1], dtype=torch.float64) if w.bo is None else w.bo
     ur = torch.stack([_ln_plain(bo, nrm, real[i]) for i in range(n)])
@@ -251,7 +251,7 @@ def test_atb_ff_fused_against_pair_by_pair(tr64, family, factor, monkeypatch):
         if w.placement == "post":
             A = u  # the LN1 parts
             R = A + F
-            P = torch.stack([_ln_plain(R[i], w.norm2, r["resid2"][i].double()) for i in range(n)])
+            P = torch.stack([_ln_plain(R[i], w.norm2, r.resid_ffn[i].double()) for i in range(n)])
             np.testing.assert_allclose(res["maps"]["atb_ff_res_ln"].layer[l], _norms(P), atol=1e-9, rtol=1e-9)
             np.testing.assert_allclose(res["ratios"]["AtbFfResLn-N"][l], _ratio_plain(P), atol=1e-9)
         else:
@@ -300,8 +300,8 @@ def test_alti_chunked_against_full_vectors(tr64, family, monkeypatch):
             r, w = tr.layers[l], tr.weights[l]
             bo = torch.zeros(z.shape[-1], dtype=torch.float64) if w.bo is None else w.bo.double()
             if tr.placement == "post":
-                T = torch.stack([_ln_plain(z[i], w.norm1, r["resid"][i].double()) for i in range(n)])
-                rem = torch.stack([_ln_plain(bo, w.norm1, r["resid"][i].double()) for i in range(n)])
+                T = torch.stack([_ln_plain(z[i], w.norm1, r.resid_attn[i].double()) for i in range(n)])
+                rem = torch.stack([_ln_plain(bo, w.norm1, r.resid_attn[i].double()) for i in range(n)])
                 rem = rem + w.norm1.bias.double()
             else:
                 T, rem = z, bo.expand(n, -1)

@@ -193,10 +193,10 @@ def prepare(lm, text, site: Site, target: Optional[int] = None, dtype: torch.dty
         allowed[enc.target + 1:] = False
     with torch.no_grad():
         final, kept = run_layers(lm.arch, x, start=start, layers=lm.layers(dtype), keep=True)
-        alpha0 = torch.stack([kept[l - start]["probs"][0, h, enc.target] for l, h in rows]).double()
+        alpha0 = torch.stack([kept[l - start].probs[0, h, enc.target] for l, h in rows]).double()
         y0 = output_probs(lm, final, enc.target, kind)[0]
         rope = rope_for(lm.arch, x)
-        out_start = kept[0]["out"]
+        out_start = kept[0].resid_out
     labels = None
     if kind == "sequence":
         id2label = getattr(lm.config, "id2label", {}) or {}

@@ -42,7 +42,7 @@ def layer_contributions(trace, l: int):
     T, rem = attn_res_ln.parts(trace, l)  # float64; Σ_j T + rem = LN1 output (post) / resid (pre)
     y = T.sum(1) + rem
     r = trace.layers[l]
-    real = (r["mid"] if trace.placement == "post" else r["resid"]).double()
+    real = (r.resid_mid if trace.placement == "post" else r.resid_attn).double()
     err = float(((y - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
     dist = torch.cdist(y[:, None, :], T, p=1)[:, 0, :]  # ||y_i - T_i(x_j)||_1  [n, n]
     c = (y.abs().sum(-1, keepdim=True) - dist).clamp_min(0)
@@ -60,16 +60,16 @@ def layer_scores(trace, l: int):
     only; a source no head attends to, j != i, has T_i(x_j) = 0 and contributes exactly 0)."""
     r = trace.layers[l]
     w = trace.weights[l]
-    a, fx, x = r["probs"].double(), trace.fx[l].double(), r["x"].double()
+    a, fx, x = r.probs.double(), trace.fx[l].double(), r.resid_in.double()
     n, d = x.shape
     post = trace.placement == "post"
     zsum = torch.einsum("hij,hjd->id", a, fx) + x  # Σ_j z_ij
     rem = (x.new_zeros(d) if w.bo is None else w.bo.double()).expand(n, -1)
     if post:
         s = attn_res_ln.ln_scale(trace, l)
-        zsum, rem = linear.distribute_norm(zsum, rem, w.norm1, r["resid"].double())
+        zsum, rem = linear.distribute_norm(zsum, rem, w.norm1, r.resid_attn.double())
     y = zsum + rem
-    real = (r["mid"] if post else r["resid"]).double()
+    real = (r.resid_mid if post else r.resid_attn).double()
     err = float(((y - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
     y1 = y.abs().sum(-1)
     c = torch.zeros(n, n, dtype=torch.float64, device=x.device)

@@ -3,13 +3,13 @@ residual and the second norm as a sum over source tokens, with integrated gradie
 
 Per layer l and receiving token i the scopes are (vectors indexed [i, j, d], j the source):
   atb_ff        FFN output      ffn_out_i  = Σ_j F_ij + r^F_i
-  atb_ff_res    + residual      resid2_i   = Σ_j (A_ij + F_ij) + (r^A_i + r^F_i)
-  atb_ff_res_ln + LN2 (post-LN) out_i      = Σ_j g2_i(A_ij + F_ij) + g2_i(r^A_i + r^F_i) + β2
+  atb_ff_res    + residual      resid_ffn_i = Σ_j (A_ij + F_ij) + (r^A_i + r^F_i)
+  atb_ff_res_ln + LN2 (post-LN) resid_out_i = Σ_j g2_i(A_ij + F_ij) + g2_i(r^A_i + r^F_i) + β2
 A_ij, r^A_i are the attention-block parts (attn_res_ln.parts). Maps are the norms ||·_ij||.
 
 The FFN input. Post-LN: the parts of the LN1 output, u_ij = A_ij, u^r_i = r^A_i. Pre-LN: the
 residual-stream parts z_ij (remainder b_O) go through norm2 distributed linearly with the real
-statistics of resid_i: u_ij = γ2 ⊙ c(z_ij) / s2_i (c centres over d for LayerNorm, not for RMSNorm),
+statistics of resid_attn_i: u_ij = γ2 ⊙ c(z_ij) / s2_i (c centres over d for LayerNorm, not for RMSNorm),
 u^r_i = γ2 ⊙ c(b_O) / s2_i + β2. Either way Σ_j u_ij + u^r_i is the real FFN input.
 
 Integrated gradients. The FFN is a function of the n source inputs u_i1..u_in with the remainder
@@ -116,9 +116,9 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
     cd = trace.dtype
     r = trace.layers[l]
     nrm = w.norm1 if w.placement == "post" else w.norm2
-    s = linear.norm_scale(r["resid"].double(), nrm)  # [n]
-    x = r["x"].double()
-    a64, fx64 = r["probs"].double(), trace.fx[l].double()
+    s = linear.norm_scale(r.resid_attn.double(), nrm)  # [n]
+    x = r.resid_in.double()
+    a64, fx64 = r.probs.double(), trace.fx[l].double()
     zsum = torch.einsum("hij,hjd->id", a64, fx64) + x  # Σ_j z_ij
     bo = x.new_zeros(x.shape[-1]) if w.bo is None else w.bo.double()
     usum = linear.distribute(zsum, nrm, s).to(cd)
@@ -141,7 +141,7 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
     xg = linear.transform(x, nrm).to(cd)  # [n, d]
     # the receiver's factor 1/s_i ⊙ ∫... folded into one [n, I] coefficient per first matrix
     coef = [(cm.double() / s.reshape(-1, 1)).to(cd) for cm in coef]
-    return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r["probs"].to(cd),
+    return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r.probs.to(cd),
                 P=P, X=[xg @ M for M in mats], coef=coef, W2=w.w2,
                 rF=_lin(base, w.w2, w.b2).double(), bo=bo, I=w.w1.shape[1], gated=gated)
 
@@ -159,7 +159,7 @@ def _first_products(w, r, fx64, nrm, mats, cd) -> list:
     if not factor:
         fxg = linear.transform(fx64, nrm).to(cd)  # [H, n, d]
         return [fxg @ M for M in mats]
-    v = r["v"].to(cd)  # [Hkv, n, dh] (value bias included)
+    v = r.v.to(cd)  # [Hkv, n, dh] (value bias included)
     if H != w.n_kv_heads:
         v = v.repeat_interleave(H // w.n_kv_heads, dim=0)
     wo = linear.transform(w.wo.double(), nrm).to(cd).reshape(H, w.head_dim, d)
@@ -185,7 +185,7 @@ def _ffn_chunk(st: dict, sl: slice, cols: int) -> torch.Tensor:
 
 def _real_out(trace, l: int, w) -> torch.Tensor:
     last_pre = w.placement == "pre" and l == trace.n_layers - 1
-    return (trace.layers[l]["out"] if last_pre else trace.hidden_states[l + 1]).double()
+    return (trace.layers[l].resid_out if last_pre else trace.hidden_states[l + 1]).double()
 
 
 def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
@@ -202,12 +202,12 @@ def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") 
         sl = slice(s0, min(n, s0 + rows))
         F[sl] = _ffn_chunk(st, sl, n)
     rF = st["rF"]
-    out = {"atb_ff": (F, rF, r["ffn_out"].double())}
+    out = {"atb_ff": (F, rF, r.ffn_out.double())}
     R, rR = A + F, rA + rF
     real_out = _real_out(trace, l, w)
     if w.placement == "post":
-        out["atb_ff_res"] = (R, rR, r["resid2"].double())
-        P, rP = linear.distribute_norm(R, rR, w.norm2, r["resid2"].double())
+        out["atb_ff_res"] = (R, rR, r.resid_ffn.double())
+        P, rP = linear.distribute_norm(R, rR, w.norm2, r.resid_ffn.double())
         out["atb_ff_res_ln"] = (P, rP, real_out)
     else:
         out["atb_ff_res"] = (R, rR, real_out)
@@ -229,7 +229,7 @@ def layer_summary(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss"
     sums = {k: torch.zeros(n, d, dtype=torch.float64, device=dev) for k in scopes}
     diag = {k: torch.zeros(n, d, dtype=torch.float64, device=dev) for k in scopes}
     if post:
-        s1, s2 = attn_res_ln.ln_scale(trace, l), linear.norm_scale(r["resid2"].double(), w.norm2)
+        s1, s2 = attn_res_ln.ln_scale(trace, l), linear.norm_scale(r.resid_ffn.double(), w.norm2)
     rows = _rows(n, st["I"], st["gated"])
     for s0 in range(0, n, rows):
         sl = slice(s0, min(n, s0 + rows))
@@ -253,8 +253,8 @@ def layer_summary(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss"
             rA = rA + w.norm1.bias
     rF = st["rF"]
     real_out = _real_out(trace, l, w)
-    out = {"atb_ff": (rF, r["ffn_out"].double()),
-           "atb_ff_res": (rA + rF, r["resid2"].double() if post else real_out)}
+    out = {"atb_ff": (rF, r.ffn_out.double()),
+           "atb_ff_res": (rA + rF, r.resid_ffn.double() if post else real_out)}
     if post:
         rP = linear.distribute(rA + rF, w.norm2, s2) + (0 if w.norm2.bias is None else w.norm2.bias)
         out["atb_ff_res_ln"] = (rP, real_out)
@@ -296,7 +296,7 @@ def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=Non
     targets = {
         "atb_ff": "the recomputed FFN output (ffn_out)",
         "atb_ff_res": ("the model's layer output (hidden_states; the last pre-LN layer: the recomputed output "
-                       "before the final norm)") if pre else "the recomputed pre-LN2 vector (resid2)",
+                       "before the final norm)") if pre else "the recomputed pre-LN2 vector (resid_ffn)",
         "atb_ff_res_ln": ("the model's layer output (hidden_states; the last pre-LN layer: the recomputed "
                           "output before the final norm)") if pre else "the model's layer output (hidden_states)",
     }

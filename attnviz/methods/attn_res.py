@@ -12,7 +12,7 @@ from .base import Map, summed_norms
 
 
 def compute(trace, *, progress=None) -> Map:
-    layer = [summed_norms(r["probs"], fx, diag_add=r["x"]) for r, fx in zip(trace.layers, trace.fx)]
+    layer = [summed_norms(r.probs, fx, diag_add=r.resid_in) for r, fx in zip(trace.layers, trace.fx)]
     return Map("attn_res", np.stack(layer), None, {"rows_sum_to_one": False})
 
 

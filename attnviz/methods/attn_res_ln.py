@@ -19,19 +19,19 @@ from .base import Map, summed_norms
 
 def ln_scale(trace, l: int) -> torch.Tensor:
     """Post-LN layer l -> s [n] (float64): LN1's denominator for the real pre-LN vector resid_i."""
-    return linear.norm_scale(trace.layers[l]["resid"].double(), trace.weights[l].norm1)
+    return linear.norm_scale(trace.layers[l].resid_attn.double(), trace.weights[l].norm1)
 
 
 def compute(trace, *, progress=None) -> Map:
     if trace.placement != "post":
-        layer = [summed_norms(r["probs"], fx, diag_add=r["x"]) for r, fx in zip(trace.layers, trace.fx)]
+        layer = [summed_norms(r.probs, fx, diag_add=r.resid_in) for r, fx in zip(trace.layers, trace.fx)]
         return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False, "note": "pre-LN: equals attn_res"})
     layer = []
     for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
         nrm = trace.weights[l].norm1
         # ||g_i(z_ij)|| = ||Σ_h α^h_ij γ⊙c(f^h(x_j)) + δ_ij γ⊙c(x_i)|| / s_i: g_i is linear
-        layer.append(summed_norms(r["probs"], linear.transform(fx.double(), nrm),
-                                  diag_add=linear.transform(r["x"].double(), nrm), row_scale=ln_scale(trace, l)))
+        layer.append(summed_norms(r.probs, linear.transform(fx.double(), nrm),
+                                  diag_add=linear.transform(r.resid_in.double(), nrm), row_scale=ln_scale(trace, l)))
     return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False})
 
 
@@ -43,17 +43,17 @@ def parts(trace, l: int):
     """
     r = trace.layers[l]
     w = trace.weights[l]
-    a = r["probs"].double()
+    a = r.probs.double()
     fx = trace.fx[l].double()
     z = torch.einsum("hij,hjd->ijd", a, fx)
     n = z.shape[0]
     idx = torch.arange(n, device=z.device)
-    z[idx, idx] += r["x"].double()
+    z[idx, idx] += r.resid_in.double()
     bo = z.new_zeros(z.shape[-1]) if w.bo is None else w.bo.double()
     rem = bo.expand(n, -1).clone()
     if trace.placement != "post":
         return z, rem
-    return linear.distribute_norm(z, rem, w.norm1, r["resid"].double())
+    return linear.distribute_norm(z, rem, w.norm1, r.resid_attn.double())
 
 
 INFO = MethodInfo(

@@ -127,11 +127,11 @@ def layer_step(trace, l: int, E, pairs: Pairs = None):
     decomposition [P, d] over `pairs` (default: every pair, or k <= i for causal models)."""
     w = trace.weights[l]
     r = trace.layers[l]
-    x = r["x"]
+    x = r.resid_in
     n, d = x.shape
     pairs = pairs or Pairs(n, w.causal, x.device)
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
-    probs = r["probs"]
+    probs = r.probs
     if E is None:
         A = pairs.pack(torch.einsum("hik,hkd->ikd", probs, trace.fx[l]))
         A[pairs.rows == pairs.cols] += x
@@ -147,18 +147,18 @@ def layer_step(trace, l: int, E, pairs: Pairs = None):
     if bias is not None:
         A = absdot(A, bias, pairs)
     if w.placement == "post":
-        P = distribute_norm(A, w.norm1, r["resid"], pairs)
-        R2 = P + ffn_parts(w, P, r["ffn_in"], pairs)
-        return distribute_norm(R2, w.norm2, r["resid2"], pairs)
-    U = distribute_norm(A, w.norm2, r["resid"], pairs)
-    return A + ffn_parts(w, U, r["ffn_in"], pairs)
+        P = distribute_norm(A, w.norm1, r.resid_attn, pairs)
+        R2 = P + ffn_parts(w, P, r.ffn_in, pairs)
+        return distribute_norm(R2, w.norm2, r.resid_ffn, pairs)
+    U = distribute_norm(A, w.norm2, r.resid_attn, pairs)
+    return A + ffn_parts(w, U, r.ffn_in, pairs)
 
 
 def decompose(trace, progress=None):
     """Trace -> (norms [L, n, n] of ||E^l_ik||, completeness [L], last layer's dense E [n, n, d])."""
     L = trace.n_layers
     n = len(trace.tokens)
-    pairs = Pairs(n, bool(trace.weights[0].causal), trace.layers[0]["x"].device) if L else None
+    pairs = Pairs(n, bool(trace.weights[0].causal), trace.layers[0].resid_in.device) if L else None
     norms, errs = [], []
     E = None
     for l in range(L):
@@ -169,7 +169,7 @@ def decompose(trace, progress=None):
         nm[pairs.rows, pairs.cols] = E.double().norm(dim=-1)
         norms.append(nm.cpu().numpy())
         last_pre = trace.placement != "post" and l == L - 1
-        real = (trace.layers[l]["out"] if last_pre else trace.hidden_states[l + 1]).double()
+        real = (trace.layers[l].resid_out if last_pre else trace.hidden_states[l + 1]).double()
         tot = pairs.sum_rows(E.double())
         errs.append(float(((tot - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max()))
     return np.stack(norms), errs, (pairs.dense(E) if E is not None else None)

@@ -39,14 +39,14 @@ def layer_norms(trace, l: int) -> np.ndarray:
     Pre-LN: ||z_ij||."""
     r = trace.layers[l]
     if trace.placement != "post":
-        return summed_norms(r["probs"], trace.fx[l], diag_add=r["x"])
+        return summed_norms(r.probs, trace.fx[l], diag_add=r.resid_in)
     w = trace.weights[l]
 
     def g(v):
         return linear.transform(linear.transform(v.double(), w.norm1), w.norm2)
 
-    s = attn_res_ln.ln_scale(trace, l) * linear.norm_scale(r["resid2"].double(), w.norm2)
-    return summed_norms(r["probs"], g(trace.fx[l]), diag_add=g(r["x"]), row_scale=s)
+    s = attn_res_ln.ln_scale(trace, l) * linear.norm_scale(r.resid_ffn.double(), w.norm2)
+    return summed_norms(r.probs, g(trace.fx[l]), diag_add=g(r.resid_in), row_scale=s)
 
 
 def compute(trace, *, progress=None) -> Map:

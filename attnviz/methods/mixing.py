@@ -18,7 +18,7 @@ def ratios(trace) -> dict:
     """Trace -> {name: [L, n]} context-mixing ratio of each receiving token at each layer."""
     out = {k: [] for k in NAMES}
     for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
-        a = r["probs"].double()
+        a = r.probs.double()
         fx = fx.double()
         n = a.shape[-1]
         idx = torch.arange(n, device=a.device)
@@ -26,7 +26,7 @@ def ratios(trace) -> dict:
         total = torch.einsum("hij,hjd->id", a, fx)  # Σ_j Σ_h α f (no b_O)
         pres_attn = torch.einsum("hi,hid->id", a[:, idx, idx], fx)
         mix = total - pres_attn
-        x = r["x"].double()
+        x = r.resid_in.double()
         out["Attn-W"].append(1 - abar_diag)
         out["AttnRes-W"].append((1 - abar_diag) / 2)
         out["Attn-N"].append(_ratio(mix, pres_attn))

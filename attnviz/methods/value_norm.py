@@ -13,7 +13,7 @@ from .base import Map, summed_norms
 def compute(trace, *, progress=None) -> Map:
     heads, layer = [], []
     for r, fx in zip(trace.layers, trace.fx):
-        a = r["probs"].double()
+        a = r.probs.double()
         heads.append((a * fx.double().norm(dim=-1)[:, None, :]).cpu().numpy())
         layer.append(summed_norms(a, fx))
     return Map("value_norm", np.stack(layer), np.stack(heads), {"rows_sum_to_one": False})

@@ -47,8 +47,8 @@ def layer_scores(trace, l: int) -> np.ndarray:
     """Layer l (0-based) -> [n, n] cosine distances (row i receiver, column j zeroed source), not normalised."""
     w = trace.weights[l]
     r = trace.layers[l]
-    x, attn_out, out = r["x"], r["attn_out"], r["out"]
-    probs, fx = r["probs"], trace.fx[l]  # [H,n,n], [H,n,d]
+    x, attn_out, out = r.resid_in, r.attn_out, r.resid_out
+    probs, fx = r.probs, trace.fx[l]  # [H,n,n], [H,n,d]
     n, d = x.shape
     cd = x.dtype
     dev = x.device
@@ -67,7 +67,7 @@ def layer_scores(trace, l: int) -> np.ndarray:
         # attention output of receiver i with v_j zeroed in every head
         delta = torch.einsum("hp,hpd->pd", probs[:, i, j].to(cd), fx[:, j].to(cd))
         ao = attn_out[i] - delta
-        new = after_attention(wc, x[i].unsqueeze(0), ao.unsqueeze(0))["out"][0]
+        new = after_attention(wc, x[i].unsqueeze(0), ao.unsqueeze(0)).resid_out[0]
         S[i, j] = _cos_dist(new, out[i])
     return S.cpu().numpy()
 

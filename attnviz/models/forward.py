@@ -7,6 +7,7 @@ Pure functions: no hooks, nothing written to the model, safe to call from many t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Optional, Union
 
 import torch
@@ -77,9 +78,52 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
+@dataclass
+class LayerState:
+    """Every intermediate of one transformer layer, named by where it sits in the layer.
+
+    layer_forward returns it with a batch dimension ([B, n, d] etc.); Trace.layers keeps one per layer
+    without it (`first()`). The residual stream points, in order:
+
+        resid_in ──(attn_in: resid_in, or norm1(resid_in) pre-LN)── attention ── attn_out
+        resid_attn = resid_in + attn_out                      (the sum, before any norm)
+        resid_mid  = norm1(resid_attn) post-LN, resid_attn pre-LN   (what the FFN output is added to)
+        ffn_in     = resid_mid post-LN, norm2(resid_attn) pre-LN
+        ffn_pre / ffn_gate_pre ── activation ── ffn_hidden ── ffn_out
+        resid_ffn  = resid_mid + ffn_out                       (the sum, before any norm)
+        resid_out  = norm2(resid_ffn) post-LN, resid_ffn pre-LN    (the layer output)
+
+    q, k [H or Hkv, n, dh] after rotary embeddings; v [Hkv, n, dh] with b_V; probs [H, n, n];
+    ffn_pre / ffn_gate_pre / ffn_hidden [n, I] (ffn_gate_pre is None without a gate). after_attention
+    alone leaves the attention fields (attn_in, q, k, v, probs) None.
+    """
+
+    resid_in: torch.Tensor
+    attn_out: torch.Tensor
+    resid_attn: torch.Tensor
+    resid_mid: torch.Tensor
+    ffn_in: torch.Tensor
+    ffn_pre: torch.Tensor
+    ffn_gate_pre: Optional[torch.Tensor]
+    ffn_hidden: torch.Tensor
+    ffn_out: torch.Tensor
+    resid_ffn: torch.Tensor
+    resid_out: torch.Tensor
+    attn_in: Optional[torch.Tensor] = None
+    q: Optional[torch.Tensor] = None
+    k: Optional[torch.Tensor] = None
+    v: Optional[torch.Tensor] = None
+    probs: Optional[torch.Tensor] = None
+
+    def first(self) -> "LayerState":
+        """The same layer for batch element 0 (the batch dimension removed)."""
+        return LayerState(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[0])
+                             for f in fields(self)})
+
+
 def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override: Override = None,
-                  attn_mask: Optional[torch.Tensor] = None) -> dict:
-    """x [B, n, d] -> dict of intermediates; "out" [B, n, d] is the layer output.
+                  attn_mask: Optional[torch.Tensor] = None) -> LayerState:
+    """x [B, n, d] -> LayerState of the layer (batched); resid_out [B, n, d] is the layer output.
 
     attn_override: a tensor [B or 1, H, n, n] that replaces the attention probabilities, or a
     callable probs -> probs. rope: (cos, sin) [B, n, dh] for rotary models. attn_mask: additive
@@ -109,12 +153,12 @@ def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override:
         probs = attn_override(probs) if callable(attn_override) else attn_override.to(probs.dtype).expand(B, -1, -1, -1)
     ctx = (probs @ v_full).transpose(1, 2).reshape(B, n, H * dh)
     attn_out = _linear(ctx, w.wo, w.bo)
-    return dict(x=x, h=h, q=q, k=k, v=v, probs=probs, attn_out=attn_out, **after_attention(w, x, attn_out))
+    return replace(after_attention(w, x, attn_out), attn_in=h, q=q, k=k, v=v, probs=probs)
 
 
-def after_attention(w: LayerWeights, x: torch.Tensor, attn_out: torch.Tensor) -> dict:
-    """The rest of the layer from the attention output: x, attn_out [B, n, d] -> dict with resid,
-    mid, ffn_in, ffn_pre [B, n, I], ffn_gate_pre, ffn_hidden, ffn_out, resid2 and out [B, n, d]."""
+def after_attention(w: LayerWeights, x: torch.Tensor, attn_out: torch.Tensor) -> LayerState:
+    """The rest of the layer from the attention output: x (the layer input), attn_out [B, n, d] ->
+    LayerState with the attention fields left None."""
     resid = x + attn_out
     if w.placement == "post":
         mid = apply_norm(resid, w.norm1)
@@ -133,8 +177,8 @@ def after_attention(w: LayerWeights, x: torch.Tensor, attn_out: torch.Tensor) ->
     ffn_out = _linear(hidden, w.w2, w.b2)
     resid2 = mid + ffn_out
     out = apply_norm(resid2, w.norm2) if w.placement == "post" else resid2
-    return dict(resid=resid, mid=mid, ffn_in=ffn_in, ffn_pre=pre, ffn_gate_pre=gate_pre, ffn_hidden=hidden,
-                ffn_out=ffn_out, resid2=resid2, out=out)
+    return LayerState(resid_in=x, attn_out=attn_out, resid_attn=resid, resid_mid=mid, ffn_in=ffn_in, ffn_pre=pre,
+                      ffn_gate_pre=gate_pre, ffn_hidden=hidden, ffn_out=ffn_out, resid_ffn=resid2, resid_out=out)
 
 
 def rope_for(arch: Architecture, x: torch.Tensor):
@@ -152,7 +196,7 @@ def run_layers(arch: Architecture, x: torch.Tensor, start: int = 0, overrides: O
     """Runs layers start..L-1 from x [B, n, d]; overrides {layer index: Override}.
 
     Returns (final hidden [B, n, d] with the final norm applied for pre-LN models, list of per-layer
-    intermediate dicts if keep else []).
+    LayerStates (batched) if keep else []).
     """
     layers = layers if layers is not None else arch.layers
     overrides = overrides or {}
@@ -160,7 +204,7 @@ def run_layers(arch: Architecture, x: torch.Tensor, start: int = 0, overrides: O
     kept = []
     for li in range(start, len(layers)):
         r = layer_forward(layers[li], x, rope=rope, attn_override=overrides.get(li))
-        x = r["out"]
+        x = r.resid_out
         if keep:
             kept.append(r)
     return final_norm(arch, x), kept
