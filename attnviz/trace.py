@@ -137,8 +137,20 @@ def predicted_id(lm: LoadedModel, enc: Encoded, logits: torch.Tensor) -> int:
     return int(torch.argmax(logits))
 
 
+class OnEncoded:
+    """For records that hold an Encoded as `enc`: its target position and tokens."""
+
+    @property
+    def target(self) -> int:
+        return self.enc.target
+
+    @property
+    def tokens(self) -> list:
+        return self.enc.tokens
+
+
 @dataclass
-class Trace:
+class Trace(OnEncoded):
     """Per-layer intermediates of one sentence (batch dimension removed).
 
     layers[l]: a models.forward.LayerState: the residual stream points resid_in -> resid_attn ->
@@ -163,14 +175,6 @@ class Trace:
     @property
     def n_layers(self) -> int:
         return len(self.layers)
-
-    @property
-    def target(self) -> int:
-        return self.enc.target
-
-    @property
-    def tokens(self) -> list:
-        return self.enc.tokens
 
     @property
     def placement(self) -> str:

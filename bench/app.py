@@ -66,6 +66,15 @@ WAIT_MAPS = """want => { const g = document.querySelector('.st-key-maps .js-plot
     return !!(g && g.querySelector('.heatmaplayer') && g.layout.title && g.layout.title.text.toLowerCase().includes(want)); }"""
 
 
+def open_maps(browser, url):
+    """A fresh browser context on url, once the Explore maps of layer 1 are drawn -> (context, page)."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1400})
+    page = ctx.new_page()
+    page.goto(url)
+    page.wait_for_function(WAIT_MAPS, arg="layer 1", timeout=180_000)
+    return ctx, page
+
+
 def med(xs):
     return statistics.median(xs)
 
@@ -142,10 +151,7 @@ def main(argv=None):
                 ctx.close()
             # a sentence typed (model loaded, the sentence new to the server): time to the first heatmap
             # of the new sentence (the cheap maps) and to all maps (the rest streamed in after them)
-            ctx = b.new_context(viewport={"width": 1500, "height": 1400})
-            page = ctx.new_page()
-            page.goto(url)
-            page.wait_for_function(WAIT_MAPS, arg="layer 1", timeout=180_000)
+            ctx, page = open_maps(b, url)
             box = page.locator("textarea").first
             firsts, alls = [], []
             for w in NOUNS[:args.repeats]:
@@ -159,10 +165,7 @@ def main(argv=None):
                 time.sleep(0.5)
             ctx.close()
             # slider moves on one page: layer 1 -> 2 -> 1 -> 2 ...
-            ctx = b.new_context(viewport={"width": 1500, "height": 1400})
-            page = ctx.new_page()
-            page.goto(url)
-            page.wait_for_function(WAIT_MAPS, arg="layer 1", timeout=180_000)
+            ctx, page = open_maps(b, url)
             slider = page.get_by_role("slider").first
             slider.focus()
             moves = []

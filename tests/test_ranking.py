@@ -157,15 +157,21 @@ def test_a_sentence_ranking_orders_by_its_correlations(make_tiny):
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_page_ranks_the_maps_per_layer(app_spec):
+def _faithfulness_page(app_spec, timeout):
+    """The app's Faithfulness page on app_spec, run once."""
     from streamlit.testing.v1 import AppTest
 
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
     at.query_params["model"] = app_spec
     at.query_params["page"] = "faithfulness"
     at.run()
+    return at
+
+
+def test_the_page_ranks_the_maps_per_layer(app_spec):
+    at = _faithfulness_page(app_spec, 120)
     assert not at.exception, [e.value for e in at.exception]
     table = at.dataframe[0].value  # the correlation table; rows: map labels, columns: L1..
     ranked = at.table[0].value  # the ranking below it (a static table); rows: L1.., columns: #1..
@@ -189,14 +195,7 @@ def test_the_page_ranks_the_maps_per_layer(app_spec):
 def test_the_page_ranks_the_maps_of_a_study(app_spec):
     """After the page's study (3 sentences): the ranking table below the study's means orders the maps
     by those means (plain sort)."""
-    from streamlit.testing.v1 import AppTest
-
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["model"] = app_spec
-    at.query_params["page"] = "faithfulness"
-    at.run()
+    at = _faithfulness_page(app_spec, 300)
     at.number_input(key="fa_study_n").set_value(3)
     at.button(key="fa_study_go").click()
     at.run()

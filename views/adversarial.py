@@ -23,19 +23,14 @@ EPS_CHOICES = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]
 COL = dict(points="#c7c7c7", frontier="#1f77b4", perm="#ff7f0e", uniform="#8c564b", seed="#17becf",
            jw="#9467bd", at_jsd="#d62728", within="#2ca02c")
 
-st.title("Adversarial attention")
-st.caption(
-    "Replace the attention of the target row at a site by another distribution α′ and let the model run on "
-    "from there: how far can α′ move from the model's own α (Jensen–Shannon divergence, at most ln 2 ≈ 0.69) "
-    "while the output moves little (total variation distance between the output distributions)? "
-    "Jain & Wallace (2019) found very different attention with an unchanged output; Wiegreffe & Pinter (2019) "
-    "argued that the whole trade-off between the two distances is what matters. For every λ of a grid, "
-    "α′ = softmax(θ) minimises TVD − λ·JSD (all λ in one batch, several restarts); the frontier is the lowest "
-    "TVD reached at each JSD.")
-
-lm = ui.model()
-if lm is None:
-    st.stop()
+lm = ui.page("Adversarial attention",
+             "Replace the attention of the target row at a site by another distribution α′ and let the model run on "
+             "from there: how far can α′ move from the model's own α (Jensen–Shannon divergence, at most ln 2 ≈ 0.69) "
+             "while the output moves little (total variation distance between the output distributions)? "
+             "Jain & Wallace (2019) found very different attention with an unchanged output; Wiegreffe & Pinter (2019) "
+             "argued that the whole trade-off between the two distances is what matters. For every λ of a grid, "
+             "α′ = softmax(θ) minimises TVD − λ·JSD (all λ in one batch, several restarts); the frontier is the lowest "
+             "TVD reached at each JSD.")
 try:
     A.check_model(lm)
     enc = encode(lm, ui.text(), ui.cap(), ui.target())

@@ -27,16 +27,11 @@ EXPLAIN = {
     "AtbFfResLn-N": "the whole layer, + second LayerNorm (ATBFFRESLN)",
 }
 
-st.title("Context mixing")
-st.caption(r"The context-mixing ratio of token $i$ at a layer is "
-           r"$\lVert\sum_{j\neq i} v_{ij}\rVert \,/\, (\lVert\sum_{j\neq i} v_{ij}\rVert + \lVert v_{ii}\rVert)$: "
-           "the share of its new vector that comes from the other tokens, for the per-source vectors $v_{ij}$ "
-           "of each method (Kobayashi et al. 2021). The FFN variants carry the split through the "
-           "feed-forward block with integrated gradients (Kobayashi et al. 2024).")
-
-lm = ui.model()
-if lm is None:
-    st.stop()
+lm = ui.page("Context mixing", r"The context-mixing ratio of token $i$ at a layer is "
+             r"$\lVert\sum_{j\neq i} v_{ij}\rVert \,/\, (\lVert\sum_{j\neq i} v_{ij}\rVert + \lVert v_{ii}\rVert)$: "
+             "the share of its new vector that comes from the other tokens, for the per-source vectors $v_{ij}$ "
+             "of each method (Kobayashi et al. 2021). The FFN variants carry the split through the "
+             "feed-forward block with integrated gradients (Kobayashi et al. 2024).")
 if not lm.decompositions_ok:
     st.warning(ui.plain(lm.disabled_reason or "decompositions are unavailable for this model"),
                icon=":material/block:")

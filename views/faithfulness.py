@@ -44,14 +44,9 @@ def named_as_everywhere(fig, methods):
     return fig
 IG_TOL = 0.01  # integrated gradients: steps doubled (up to 256) until the completeness error is within 1 %
 
-st.title("Faithfulness")
-st.caption("Which input tokens actually change the prediction (blank one out, delete it, or follow the "
-           "gradient), and do the maps' rows for the target agree? Abnar & Zuidema (2020) found rollout and "
-           "flow agree better than raw attention in upper layers; check it here for any sentence.")
-
-lm = ui.model()
-if lm is None:
-    st.stop()
+lm = ui.page("Faithfulness", "Which input tokens actually change the prediction (blank one out, delete it, or follow the "
+             "gradient), and do the maps' rows for the target agree? Abnar & Zuidema (2020) found rollout and "
+             "flow agree better than raw attention in upper layers; check it here for any sentence.")
 available, left_out = F.available_methods(lm, list(METHODS))
 default_methods = [m for m in METHODS.core() if m in available]
 kind = F.output_kind(lm)

@@ -9,14 +9,9 @@ from attnviz import METHODS, plots
 from attnviz import pair as P
 from views import ui
 
-st.title("Minimal pair")
-st.caption("Two sentences that differ in one word — a singular or plural attractor, “his” or “her” — analysed "
-           "with the same maps at the same layer and head. Sentence A's maps, then B's on the same colour "
-           "scale, then the difference B − A (blue: more in B, red: more in A).")
-
-lm = ui.model()
-if lm is None:
-    st.stop()
+lm = ui.page("Minimal pair", "Two sentences that differ in one word — a singular or plural attractor, “his” or “her” — analysed "
+             "with the same maps at the same layer and head. Sentence A's maps, then B's on the same colour "
+             "scale, then the difference B − A (blue: more in B, red: more in A).")
 table = P.CAUSAL_PAIRS if lm.task == "causal_lm" else P.PAIRS
 ss = st.session_state
 first = next(iter(table.values()))

@@ -345,6 +345,17 @@ def model():
     return lm
 
 
+def page(title: str, caption: str):
+    """A page's title and explanation, then its model: the LoadedModel, or the page stops after the
+    one-line reason it could not be loaded."""
+    st.title(title)
+    st.caption(caption)
+    lm = model()
+    if lm is None:
+        st.stop()
+    return lm
+
+
 _PENDING: dict = {}  # key -> result just computed with a progress bar, handed to the cache below
 
 
@@ -503,6 +514,17 @@ def run_jobs(a, where=None) -> bool:
     return new
 
 
+def _take_cached(a, jobs) -> None:
+    """Merges into a every job whose result is in the cache; the others become a.pending."""
+    a.pending = []
+    for job in jobs:
+        res = cached_result(job.key)
+        if res is not None:
+            _merge(a, res, job)
+        else:
+            a.pending.append(job)
+
+
 def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
              text_: Optional[str] = None, stream: bool = False,
              mixing: bool = False) -> Optional["attnviz.Analysis"]:
@@ -539,25 +561,13 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
             show_error(e)
         return None
     jobs = _jobs(s, t, target_, c, n, rest, p, a.timings.get("trace", 0.1), mixing)
-    a.pending = []
-    for job in jobs:
-        res = cached_result(job.key)
-        if res is not None:
-            _merge(a, res, job)
-        else:
-            a.pending.append(job)
+    _take_cached(a, jobs)
     if not ask:
         a.pending = []
     elif a.pending and not stream:
         before = list(a.pending)
         run_jobs(a)
-        a.pending = []
-        for job in before:
-            res = cached_result(job.key)
-            if res is not None:
-                _merge(a, res, job)
-            else:
-                a.pending.append(job)
+        _take_cached(a, before)
     for m, why in p.limited.items():
         a.disabled[m] = why
     a.maps = {m: a.maps[m] for m in methods if m in a.maps}

@@ -12,13 +12,13 @@ import torch
 
 from ..errors import AttnvizError, InputError
 from ..models.forward import final_norm, rope_for, run_layers
-from ..trace import DEFAULT_MAX_TOKENS, Encoded, Trace, encode
+from ..trace import DEFAULT_MAX_TOKENS, Encoded, OnEncoded, Trace, encode
 from .distances import jsd, tvd
 from .site import Site
 
 
 @dataclass
-class Problem:
+class Problem(OnEncoded):
     """Everything fixed for one (model, sentence, site): the start layer's input x [1, n, d], the
     original rows alpha0 [R, n], the columns a row may use (allowed [n]), the original output
     distribution y0 [C], and the output labels."""
@@ -47,14 +47,6 @@ class Problem:
     @property
     def n(self) -> int:
         return self.x.shape[1]
-
-    @property
-    def target(self) -> int:
-        return self.enc.target
-
-    @property
-    def tokens(self) -> list:
-        return self.enc.tokens
 
     def label_of(self, idx: int) -> str:
         if self.output_kind == "sequence":

@@ -317,18 +317,31 @@ def ratios(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
     return analyse(trace, steps, rule)["ratios"]
 
 
-def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
-    """Trace -> Map atb_ff [L, n, n]: ||F_ij||, the FFN output's part from source j (atb_ff_res and
-    atb_ff_res_ln, in their own modules, read the same cached pass)."""
-    return analyse(trace, steps, rule, progress)["maps"]["atb_ff"]
+def scope_compute(scope: str):
+    """The registry `compute` of one ATBFF scope: all three read the same cached pass (`analyse`)."""
+    def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
+        return analyse(trace, steps, rule, progress)["maps"][scope]
+    compute.__doc__ = f"Trace -> Map {scope} [L, n, n] (one pass for the three ATBFF scopes, cached on the trace)."
+    return compute
 
 
-# the options every ATBFF scope takes (atb_ff_res and atb_ff_res_ln declare the same)
+compute = scope_compute("atb_ff")  # ||F_ij||, the FFN output's part from source j
+
+# the options every ATBFF scope takes
 OPTIONS = (Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),
            Option(name="rule", default="gauss", help="quadrature rule", choices=tuple(RULES)))
 
-INFO = MethodInfo(
-    name="atb_ff", label="ATBFF", unit="‖FFN share‖ (norm, hidden units)",
+
+def scope_info(name: str, **texts) -> MethodInfo:
+    """The MethodInfo of one ATBFF scope: its own label, unit and texts, the rest shared."""
+    return MethodInfo(name=name, reference="Kobayashi et al. 2024", rows_sum_to_one=False, decomposition=True,
+                      completeness=True, ratios=(RATIO_NAMES[name],), cost="pairs",
+                      shared="atb_ff",  # one pass over the layers gives all three scopes
+                      options=OPTIONS, **texts)
+
+
+INFO = scope_info(
+    "atb_ff", label="ATBFF", unit="‖FFN share‖ (norm, hidden units)",
     summary="attention block, then the FFN split by integrated gradients, norm (Kobayashi et al. 2024)",
     explain="ATBFF: the feed-forward block's output split back onto the source tokens (integrated gradients).",
     what=("**What it shows.** How much each source token contributes to the output of the layer's "
@@ -338,8 +351,4 @@ INFO = MethodInfo(
     caveats=("**Caveats.** The split of a non-linear block is a choice (integrated gradients from a zero "
              "baseline); the shares add up to the real FFN output only up to a small completeness error, "
              "reported with the map. The residual and the LayerNorm around the FFN are not included (see "
-             "ATBFFRES, ATBFFRESLN)."),
-    reference="Kobayashi et al. 2024",
-    rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFf-N",), cost="pairs",
-    shared="atb_ff",  # one pass over the layers gives all three scopes (analyse, cached on the trace)
-    options=OPTIONS)
+             "ATBFFRES, ATBFFRESLN)."))

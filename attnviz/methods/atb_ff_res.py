@@ -2,25 +2,16 @@
 token. Computed by atb_ff.analyse together with ATBFF and ATBFFRESLN (one pass, cached on the trace)."""
 from __future__ import annotations
 
-from .atb_ff import DEFAULT_STEPS, OPTIONS, analyse
-from .base import Map
-from .info import MethodInfo
+from .atb_ff import scope_compute, scope_info
 
+compute = scope_compute("atb_ff_res")
 
-def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
-    """Trace -> Map atb_ff_res [L, n, n]: ||A_ij + F_ij||, after the second residual."""
-    return analyse(trace, steps, rule, progress)["maps"]["atb_ff_res"]
-
-
-INFO = MethodInfo(
-    name="atb_ff_res", label="ATBFFRES", unit="‖share‖ 2nd residual (norm, hidden units)",
+INFO = scope_info(
+    "atb_ff_res", label="ATBFFRES", unit="‖share‖ 2nd residual (norm, hidden units)",
     summary="attention block + FFN + second residual, norm (Kobayashi et al. 2024)",
     explain="ATBFFRES: ATBFF plus the second residual connection.",
     what=("**What it shows.** The whole layer up to the second residual connection: attention, residual, "
           "first LayerNorm and FFN, plus the residual around the FFN, as one share per source token "
           "(ATBFFRES, Kobayashi et al. 2024)."),
     caveats=("**Caveats.** Same integrated-gradients split of the FFN as ATBFF, with its completeness error. "
-             "The final LayerNorm of the layer is not applied (see ATBFFRESLN)."),
-    reference="Kobayashi et al. 2024",
-    rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFfRes-N",), cost="pairs",
-    shared="atb_ff", options=OPTIONS)
+             "The final LayerNorm of the layer is not applied (see ATBFFRESLN)."))

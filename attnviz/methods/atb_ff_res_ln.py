@@ -2,18 +2,12 @@
 token. Computed by atb_ff.analyse together with ATBFF and ATBFFRES (one pass, cached on the trace)."""
 from __future__ import annotations
 
-from .atb_ff import DEFAULT_STEPS, OPTIONS, analyse
-from .base import Map
-from .info import MethodInfo
+from .atb_ff import scope_compute, scope_info
 
+compute = scope_compute("atb_ff_res_ln")
 
-def compute(trace, *, progress=None, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> Map:
-    """Trace -> Map atb_ff_res_ln [L, n, n]: ||g2_i(A_ij + F_ij)||, the whole layer (ATBFFRESLN)."""
-    return analyse(trace, steps, rule, progress)["maps"]["atb_ff_res_ln"]
-
-
-INFO = MethodInfo(
-    name="atb_ff_res_ln", label="ATBFFRESLN", unit="‖share‖ layer output (norm, hidden units)",
+INFO = scope_info(
+    "atb_ff_res_ln", label="ATBFFRESLN", unit="‖share‖ layer output (norm, hidden units)",
     summary="the whole layer: + second LayerNorm (post-LN), norm (Kobayashi et al. 2024)",
     explain="ATBFFRESLN: the whole layer's output per source token, after the last layer norm.",
     what=("**What it shows.** The whole layer, end to end: each source token's share of the layer's real "
@@ -22,7 +16,4 @@ INFO = MethodInfo(
     caveats=("**Caveats.** LayerNorm is split linearly at the real variance and the FFN with integrated "
              "gradients, so the shares sum to the real output up to the completeness error shown with the "
              "map; bias terms form a remainder that belongs to no token. Expensive for long texts. Pre-LN "
-             "models have no norm after the second residual: the map equals ATBFFRES there."),
-    reference="Kobayashi et al. 2024",
-    rows_sum_to_one=False, decomposition=True, completeness=True, ratios=("AtbFfResLn-N",), cost="pairs",
-    shared="atb_ff", options=OPTIONS)
+             "models have no norm after the second residual: the map equals ATBFFRES there."))
