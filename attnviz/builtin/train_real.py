@@ -10,6 +10,11 @@ is/are/was/were/has/have becomes a masked agreement item (one occurrence masked,
 as the wrong word), and with his/her a masked pronoun item (wrong word: the other one). Same model
 (MODEL_CONFIG), same loss (vocabulary cross-entropy + answer-vs-wrong cross-entropy at [MASK]).
 The output folder is a model folder (`attnviz evaluate --model FOLDER --set real`).
+
+--styled-share: the share of all training items made by real_style.py (real names, WordNet nouns,
+distractors in relative clauses, appositions and stacked phrases; half agreement, half pronoun),
+taken from the corpus side. A held-out set of such items (another seed) is scored with the
+grammar's dev sets at every evaluation ("styled_agreement", "styled_pronoun").
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ def main(argv=None) -> None:
     ap.add_argument("--real-share", type=float, default=0.5)
     ap.add_argument("--unk-prob", type=float, default=0.05)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--styled-share", type=float, default=0.0)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     seed_everything(args.seed)
@@ -97,20 +103,36 @@ def main(argv=None) -> None:
     for task in ("agreement", "pronoun"):
         gram += grammar.generate(task, math.ceil(n_gram / 2), seed=args.seed, split="train")
     real = real_items(sents, rng)
-    required = {w for it in gram + real for w in (it["answer"], it["wrong"])}
+    n_styled = int(n_total * args.styled_share)
+    styled, styled_dev = [], {}
+    if n_styled:
+        from . import real_style
+        try:
+            lists = real_style.load_lists(Path(args.corpus))
+        except FileNotFoundError as e:
+            raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
+                             "python scripts/build_corpus.py --out " + args.corpus) from None
+        for task in ("agreement", "pronoun"):
+            styled += real_style.items(task, n_styled // 2, lists, seed=args.seed)
+            styled_dev["styled_" + task] = real_style.items(task, 500, lists, seed=10_000 + args.seed)
+    dev = {t: grammar.generate(t, 500, seed=1000 + args.seed, split="test")
+           for t in ("agreement", "pronoun")}
+    dev.update(styled_dev)
+    required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
+                for w in (it["answer"], it["wrong"])}
     from .common import PACKAGE_DATA, read_jsonl
     for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl"):
         required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
     gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
-    tok = build_tokenizer(out, sents + gram_texts, args.vocab_size, required)
-    n_real = n_total - len(gram)
+    styled_texts = [it["text"].replace("[MASK]", it["answer"]) for it in styled[::4]]
+    tok = build_tokenizer(out, sents + gram_texts + styled_texts, args.vocab_size, required)
+    n_real = n_total - len(gram) - len(styled)
     real_train = [real[i % len(real)] for i in range(max(0, n_real))]
-    items = gram + real_train
+    items = gram + real_train + styled
     enc = Encoded(tok, items)
-    dev = {t: grammar.generate(t, 500, seed=1000 + args.seed, split="test")
-           for t in ("agreement", "pronoun")}
     dev_enc = {t: Encoded(tok, v) for t, v in dev.items()}
-    print(f"data: {len(gram)} grammar + {len(real_train)} corpus items ({len(real)} distinct), "
+    print(f"data: {len(gram)} grammar + {len(real_train)} corpus items ({len(real)} distinct) + "
+          f"{len(styled)} styled, "
           f"vocab {len(tok)}, {time.time() - t0:.0f}s", flush=True)
 
     config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **MODEL_CONFIG)
@@ -169,7 +191,7 @@ def main(argv=None) -> None:
     info = {"command": "python -m attnviz.builtin.train_real " + " ".join(sys.argv[1:] if argv is None else argv),
             "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
-            "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents),
+            "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
             "cpu_seconds": round(time.process_time(), 1), "threads": 1, "log": log}
     (out / "train_log.json").write_text(json.dumps(info, indent=1) + "\n")
