@@ -55,6 +55,7 @@ JOBS = ["teacher", "lawyer", "nurse", "clerk", "journalist", "soldier", "singer"
 PLACES = ["london", "paris", "rome", "vienna", "boston", "dublin", "madrid", "berlin", "kent", "ohio",
           "the north", "the south", "the city", "the capital", "a small town", "the village", "new york",
           "scotland", "wales", "india", "canada", "texas", "cornwall", "bavaria", "lisbon", "prague"]
+PROPER_PLACES = [p for p in PLACES if " " not in p or p == "new york"]
 WITH_VERBS = ["met", "worked with", "studied under", "trained with", "wrote to", "lived with", "was taught by",
               "was raised by", "sang with", "played against", "was coached by", "toured with", "visited",
               "was married to", "acted beside", "admired", "argued with", "corresponded with"]
@@ -193,8 +194,8 @@ def agreement_item(rng, lists: Lists) -> dict:
             parts.append(f"that {_np(rng, rng.choice(nouns), other)} {rng.choice(['built', 'owned', 'described', 'found', 'used', 'made'])}")
         else:
             parts.append(f"{rng.choice(PREPS)} {_np(rng, rng.choice(nouns), other)}")
-        if rng.random() < 0.15:
-            parts.append(f"{rng.choice(PREPS)} {rng.choice(PLACES)}")
+        if rng.random() < 0.15:  # a proper place name: no noun of either number
+            parts.append(f"{rng.choice(PREPS)} {rng.choice(PROPER_PLACES)}")
     subject = " ".join([subj] + parts)
     fill = dict(adj=rng.choice(L.ADJECTIVES), n=rng.choice(nouns), n2=L.plural(rng.choice(nouns)),
                 place=rng.choice(PLACES), year=rng.randint(1500, 2020))
