@@ -581,3 +581,23 @@ def test_method_limit_names_the_longest_offered_text(lm):
     why = schedule.limit_reason(lm, "flow", 199, limit)
     assert why and f"offered up to {longest} tokens" in why
     assert schedule.limit_reason(lm, "attention", 10_000, limit) is None  # no estimate: no limit
+
+
+def test_the_prediction_says_when_it_may_mean_little(app_spec, lm):
+    """A built-in model's prediction comes with what it was trained on; a low top probability is called
+    unsure (threshold read from the prediction itself, checked on the page's own numbers)."""
+    from views import ui
+
+    at = new_app(app_spec, text="the author talked to sara about [MASK] book .").run()
+    no_exception(at)
+    caps = [c.value for c in at.caption]
+    builtin = app_spec.startswith("builtin:")
+    assert any(c.startswith("**Built-in model:**") for c in caps) == builtin
+    pred = chart(at, "prediction")["data"][0]
+    top = float(arr(pred["x"])[0])
+    assert any("**The model is unsure:**" in c for c in caps) == (top < ui.UNSURE_BELOW)
+    # the rule itself on made-up predictions
+    from types import SimpleNamespace
+    notes = ui.prediction_caveats(SimpleNamespace(prediction=[("are", 0.15), ("is", 0.1)]), None)
+    assert len(notes) == 1 and "0.15" in notes[0]
+    assert ui.prediction_caveats(SimpleNamespace(prediction=[("are", 0.6)]), None) == []

@@ -35,6 +35,8 @@ with left:
         st.subheader(f"Prediction at {tgt_label}", anchor=False)
         st.plotly_chart(plots.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
         st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
+        for note in ui.prediction_caveats(a, ui.model()):
+            st.caption(note)
     else:
         st.subheader(f"Target: {tgt_label}", anchor=False)
         st.info("This model has no output head, so there is no prediction to show; the maps still show "
@@ -83,7 +85,8 @@ def maps_panel():
     H = lm.n_heads if lm is not None else max(
         (a.maps[m].heads.shape[1] for m in shown if a.maps[m].heads is not None), default=0)
     ui.clamp_layer_head(L, H)
-    c1, c2, c3 = st.columns([3, 2, 2])
+    # two columns at most per row, so that no label is cut short in a 1024 px window with the sidebar
+    c1, c2 = st.columns([3, 2])
     with c1:
         st.slider("Layer", 1, L, key="layer", persist_state="session", bind="query-params", help="Layers count from 1 (the first attention layer).")
     with c2:
@@ -91,7 +94,8 @@ def maps_panel():
                      bind="query-params",
                      help="Per-head maps exist for raw attention and the value-weighted norm; the "
                           "other methods always show their layer map.")
-    with c3:
+    t1, t2 = st.columns(2)
+    with t1:
         st.toggle("Hide [CLS]/[SEP]", key="hide", persist_state="session", bind="query-params",
                   help="Drop special tokens' rows and columns; rows of attention, rollout and flow are "
                        "renormalised to sum to 1.")
@@ -100,13 +104,13 @@ def maps_panel():
         st.toggle("Numbers in cells", key="cells", persist_state="session", bind="query-params",
                   help="Write each value (2 decimals) in its cell; hovering a cell always shows it. "
                        "Off by default: the maps redraw about twice as fast without them.")
-    d1, d2, d3, d4 = st.columns([2, 2, 2, 3])
-    d1.toggle("Same colour scale", key="same_scale", persist_state="session", bind="query-params",
+    t2.toggle("Same colour scale", key="same_scale", persist_state="session", bind="query-params",
               help="One colour scale for raw attention, rollout and flow (their rows are shares of 1, so "
                    "equal colours mean equal shares). Norm-based maps keep their own scale.")
-    d2.toggle("Log colours", key="log_colour", persist_state="session", bind="query-params",
+    t2.toggle("Log colours", key="log_colour", persist_state="session", bind="query-params",
               help="Colours on a log scale (hover still shows the value): for maps where one column, e.g. "
                    "the first token of SmolLM2 (an attention sink), is thousands of times larger than the rest.")
+    d3, d4 = st.columns(2)
     d3.selectbox("Maps per row", ["auto", "1", "2", "3", "4", "5", "6"], key="per_row", persist_state="session",
                  bind="query-params", help="auto: as many as stay readable in a 1024 px window (a projector).")
     d4.radio("Draw as", ["heatmaps", "lines"], key="draw", persist_state="session", bind="query-params",

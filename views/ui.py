@@ -345,6 +345,25 @@ def model():
     return lm
 
 
+BUILTIN_CAVEAT = ("**Built-in model:** trained only on an artificial grammar of agreement and pronoun sentences "
+                  "(see the Model page), so its prediction means something for sentences like the examples, not "
+                  "for English in general. In that grammar a person noun without a gender (author, teacher) "
+                  "takes “their”.")
+UNSURE_BELOW = 0.2
+
+
+def prediction_caveats(a, lm) -> list:
+    """What a reader should know before trusting the prediction shown: a built-in model's narrow
+    training, a top probability so low that the model is unsure."""
+    out = []
+    if lm is not None and str(getattr(lm, "spec", "")).startswith("builtin:"):
+        out.append(BUILTIN_CAVEAT)
+    if a.prediction and a.prediction[0][1] < UNSURE_BELOW:
+        out.append(f"**The model is unsure:** its top answer has probability {a.prediction[0][1]:.2f} (under "
+                   f"{UNSURE_BELOW:.1f}); read the maps as how it arrives at an uncertain guess.")
+    return out
+
+
 def page(title: str, caption: str):
     """A page's title and explanation, then its model: the LoadedModel, or the page stops after the
     one-line reason it could not be loaded."""
