@@ -450,3 +450,21 @@ def test_adaptive_integrated_gradient_steps(tokenizer):
         adaptive.ig["completeness_abs"], abs=1e-12)
     capped = F.importance(lm, SENTENCE, baselines=["integrated_gradients"], ig_steps=4, ig_tol=1e-12, ig_max_steps=16)
     assert capped.ig["tried"] == [4, 8, 16] and any("still" in n for n in capped.notes)
+
+
+def test_every_importance_panel_names_its_tokens():
+    """The stacked bars: each panel (baselines, then the maps' rows) shows the token labels of the
+    attributed positions under its own bars, in position order."""
+    from attnviz.faithfulness.figures import importance_figure
+
+    tokens = ["[CLS]", "the", "keys", "[MASK]", "[SEP]"]
+    imp = types.SimpleNamespace(positions=[1, 2], tokens=tokens, target=types.SimpleNamespace(label="p('are')"),
+                                values={"blank_out": np.array([0, .2, .7, 0, 0]), "grad_norm": np.array([0, 1., 3., 0, 0])})
+    rows = {"rollout": np.arange(10.0).reshape(2, 5)}
+    fig = importance_figure(imp, rows, 1)
+    assert len(fig.data) == 3
+    for k, tr in enumerate(fig.data):
+        assert list(tr.x) == ["1·the", "2·keys"]
+        axis = fig.layout["xaxis" + ("" if k == 0 else str(k + 1))]
+        assert axis.showticklabels is True
+    np.testing.assert_allclose(fig.data[2].y, [6.0, 7.0])  # layer 2's row at positions 1, 2

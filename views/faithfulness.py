@@ -74,11 +74,10 @@ with c2:
                                    "else p(the model's prediction).")
         wrong = k2.text_input("Wrong word (optional)", key="fa_wrong", persist_state="session")
         contrast = (right.strip(), wrong.strip()) if right.strip() and wrong.strip() else None
-    k3, k4 = st.columns(2)
-    ig_steps = k3.number_input("Integrated-gradient steps", 1, 256, 32, key="fa_ig_steps", persist_state="session",
+    ig_steps = st.number_input("Integrated-gradient steps", 1, 256, 32, key="fa_ig_steps", persist_state="session",
                                help="Gauss-Legendre nodes on the straight path from the zero word embedding; "
                                     "doubled (up to 256) until the completeness error is within 1 %.")
-    include_target = k4.checkbox("Include the target token", key="fa_include_target", persist_state="session",
+    include_target = st.checkbox("Include the target token", key="fa_include_target", persist_state="session",
                                  help="By default the target position itself is left out of the comparison "
                                       "(it cannot be deleted, and every map gives it a large self-share).")
 

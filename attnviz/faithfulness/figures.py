@@ -31,14 +31,17 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
     if rows:
         for m, r in rows.items():
             panels.append((f"{m} (layer {layer + 1})", np.asarray(r)[layer, pos]))
-    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.02,
+    # every panel names its tokens (a reader scrolling the stack never has to count bars), with room
+    # between panels so each title sits on its own panel rather than under the previous one's axis
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=min(0.1, 0.55 / len(panels)),
                         subplot_titles=[p[0] for p in panels])
     for k, (name, v) in enumerate(panels):
         v = np.asarray(v, dtype=np.float64)
         fig.add_trace(go.Bar(x=labels, y=v, name=name, showlegend=False,
                              marker_color="#d62728" if k < len(imp.values) else "#1f77b4",
                              hovertemplate="%{x}: %{y:.4g}<extra>" + name + "</extra>"), row=k + 1, col=1)
-    fig.update_layout(height=120 * len(panels) + 100, margin=dict(l=40, r=10, t=70, b=40),
+    fig.update_xaxes(showticklabels=True, tickfont=dict(size=11), automargin=True)
+    fig.update_layout(height=160 * len(panels) + 100, margin=dict(l=40, r=10, t=70, b=40),
                       title=dict(text=f"importance for {imp.target.label}", y=0.995, yanchor="top"))
     return fig
 
