@@ -107,7 +107,7 @@ def _compute(lm, text, target, cap, site, lambdas, steps, restarts, jw_steps, se
     return dict(frontier=fr, jw=jw)
 
 
-b1, b2 = st.columns([1, 3])
+b1, b2 = st.columns([2, 3])  # wide enough for the whole button label at 1024 px
 # results live in this session's state, keyed by everything they depend on (the last few kept)
 results = ss.setdefault("adv_results", {})
 if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:", type="primary"):
@@ -302,8 +302,9 @@ def explore(fr, jw):
     before.update_layout(meta="pred_before")
     after = plots.prediction_bars(fr.prediction(i), title="Prediction with α′")
     after.update_layout(meta="pred_after")
-    p1.plotly_chart(before, key="adv_pred_before")
-    p2.plotly_chart(after, key="adv_pred_after")
+    # no toolbar on the small bar charts: on hover it covered their titles
+    p1.plotly_chart(before, key="adv_pred_before", config={"displayModeBar": False})
+    p2.plotly_chart(after, key="adv_pred_after", config={"displayModeBar": False})
     pm = fr.perm_summary()
     lines = [f"- **Permutations** ({len(fr.perm_jsd)}): JSD median {pm['jsd_median']:.3f}, TVD median "
              f"{pm['tvd_median']:.4f} (range {pm['tvd_min']:.4f}–{pm['tvd_max']:.4f}).",
