@@ -437,6 +437,11 @@ def test_minimal_pair_page(app_spec, lm):
     d = chart(at, "pair_diff")["data"]
     for k, m in enumerate(["attention", "rollout"]):
         np.testing.assert_allclose(arr(d[k]["z"]), rb.maps[m].layer[0] - ra.maps[m].layer[0], atol=1e-6)
+    caps = [c.value for c in at.caption]
+    # the built-in model's caveat once; an unsure note for each sentence whose top answer is under 0.2
+    assert sum(c.startswith("**Built-in model:**") for c in caps) == (1 if app_spec.startswith("builtin:") else 0)
+    unsure = sum(r.prediction[0][1] < 0.2 for r in (ra, rb))
+    assert sum("**The model is unsure:**" in c for c in caps) == unsure
 
 
 def test_faithfulness_names_and_estimate(app_spec, lm):

@@ -48,7 +48,11 @@ for col, an, name, typed in ((pa, a, "A", ss.pair_a), (pb, b, "B", ss.pair_b)):
         if an.prediction:
             st.plotly_chart(plots.prediction_bars(an.prediction), theme=None, key=f"pair_pred_{name.lower()}",
                             config={"displayModeBar": False})
+            for note in ui.prediction_caveats(an, None):  # the unsure note per sentence
+                st.caption(note)
         ui.show_token_strip(an, lm, key=f"pair_strip_{name.lower()}", typed=typed)
+if ui.is_builtin(lm):
+    st.caption(ui.BUILTIN_CAVEAT)  # the built-in model's training, once for both
 
 shown = [m for m in methods if m in a.maps and m in b.maps]
 if not shown:

@@ -352,11 +352,15 @@ BUILTIN_CAVEAT = ("**Built-in model:** trained only on an artificial grammar of 
 UNSURE_BELOW = 0.2
 
 
+def is_builtin(lm) -> bool:
+    return lm is not None and str(getattr(lm, "spec", "")).startswith("builtin:")
+
+
 def prediction_caveats(a, lm) -> list:
     """What a reader should know before trusting the prediction shown: a built-in model's narrow
     training, a top probability so low that the model is unsure."""
     out = []
-    if lm is not None and str(getattr(lm, "spec", "")).startswith("builtin:"):
+    if is_builtin(lm):
         out.append(BUILTIN_CAVEAT)
     if a.prediction and a.prediction[0][1] < UNSURE_BELOW:
         out.append(f"**The model is unsure:** its top answer has probability {a.prediction[0][1]:.2f} (under "
