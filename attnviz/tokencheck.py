@@ -5,6 +5,8 @@ tokens above the maps (unknown tokens and words split into pieces marked) with p
 """
 from __future__ import annotations
 
+import json
+
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -157,13 +159,34 @@ def strip_html(tokens: Sequence[str], marks: Sequence[str], target: Optional[int
 _LONGEST: dict = {}
 
 
+def training_log(lm) -> dict:
+    """A built-in model's train_log.json ({} for other models or when it is missing)."""
+    if not str(getattr(lm, "spec", "")).startswith("builtin:"):
+        return {}
+    from .models.load import BUILTIN_DIR
+
+    try:
+        return json.loads((BUILTIN_DIR / lm.spec.split(":", 1)[1] / "train_log.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def pieces_unseen(lm) -> bool:
+    """True for a built-in model trained on whole words only (its grammar's), False for one trained on
+    WordPiece text (train_log.json says "word_pieces": true) and for every other model."""
+    return str(getattr(lm, "spec", "")).startswith("builtin:") and not training_log(lm).get("word_pieces")
+
+
 def longest_training_input(lm) -> Optional[int]:
-    """The longest input (tokens) a model saw in training, where attnviz knows it: the built-in models
-    are trained on the grammar's sentences, whose held-out sets have the same lengths (the longest
-    of them is taken); None for other models (their training data is not at hand)."""
+    """The longest input (tokens) a model saw in training, where attnviz knows it: a built-in model's
+    train_log.json ("max_train_tokens"), else the grammar's held-out sets, which have the lengths of
+    the grammar's training sentences (the longest of them is taken); None for other models (their
+    training data is not at hand)."""
     if not str(getattr(lm, "spec", "")).startswith("builtin:"):
         return None
     key = lm.spec
+    if key not in _LONGEST and training_log(lm).get("max_train_tokens"):
+        _LONGEST[key] = int(training_log(lm)["max_train_tokens"])
     if key not in _LONGEST:
         try:
             from .builtin import load_eval_set

@@ -202,3 +202,23 @@ def test_build_corpus_cleaning_rules():
     assert mod.clean("Too short") is None
     assert mod.clean("|__| /\\ |__| /\\ ---- ==== ++++ ####") is None
     assert mod.SENT_SPLIT.split("One two three. Four five six.") == ["One two three.", "Four five six."]
+
+
+def test_training_log_decides_pieces_and_length(tmp_path, monkeypatch):
+    """A built-in model trained on WordPiece text (train_log.json: word_pieces, max_train_tokens) gets no
+    'pieces it never saw' warning and its own length limit; one without those keys keeps the old rules."""
+    import json
+    import types
+
+    from attnviz import tokencheck
+    from attnviz.models import load
+
+    for name, log in (("new", {"word_pieces": True, "max_train_tokens": 61}), ("old", {"seed": 0})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train_log.json").write_text(json.dumps(log))
+    monkeypatch.setattr(load, "BUILTIN_DIR", tmp_path)
+    monkeypatch.setattr(tokencheck, "_LONGEST", {})
+    new, old = types.SimpleNamespace(spec="builtin:new"), types.SimpleNamespace(spec="builtin:old")
+    assert tokencheck.pieces_unseen(new) is False and tokencheck.pieces_unseen(old) is True
+    assert tokencheck.longest_training_input(new) == 61
+    assert tokencheck.pieces_unseen(types.SimpleNamespace(spec="pkg:minilm")) is False

@@ -622,7 +622,7 @@ def view_for(a):
 
 def token_report(a, lm=None, typed: Optional[str] = None):
     """attnviz.tokencheck.check_tokens for an Analysis of the current model."""
-    from attnviz.tokencheck import check_tokens, longest_training_input
+    from attnviz.tokencheck import check_tokens, longest_training_input, pieces_unseen
 
     lm = lm or model()
     tok = getattr(lm, "tokenizer", None)
@@ -630,7 +630,7 @@ def token_report(a, lm=None, typed: Optional[str] = None):
                         task=getattr(lm, "task", "encoder"), unk_token=getattr(tok, "unk_token", None),
                         mask_token=getattr(tok, "mask_token", None), word_ids=word_ids(a), blank=a.blank,
                         trained_tokens=longest_training_input(lm) if lm is not None else None,
-                        pieces_unseen=str(getattr(lm, "spec", "")).startswith("builtin:"),
+                        pieces_unseen=pieces_unseen(lm) if lm is not None else False,
                         has_prediction=bool(a.prediction))
 
 

@@ -193,7 +193,8 @@ def main(argv=None) -> None:
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
             "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
-            "cpu_seconds": round(time.process_time(), 1), "threads": 1, "log": log}
+            "cpu_seconds": round(time.process_time(), 1), "threads": 1, "word_pieces": True,
+            "max_train_tokens": max(len(x) for x in enc.ids), "log": log}
     (out / "train_log.json").write_text(json.dumps(info, indent=1) + "\n")
     print(f"saved {out} in {time.time() - t0:.0f}s", flush=True)
 
