@@ -108,10 +108,21 @@ def test_oov_word_is_split_not_dropped(shipped):
     assert tok.tokenize("a € sign") == ["a", "[UNK]", "sign"]  # odd character: visible [UNK]
 
 
-def test_every_grammar_word_is_one_token(shipped):
+def test_every_answer_is_one_token(shipped):
+    """Every word the model is asked to choose (answer and wrong word of the grammar's test sets, the
+    real sets and the hand-written set) is one vocabulary entry, so the two logits compared are the
+    words themselves; other words may be split into pieces (the WordPiece vocabulary learned from
+    real text)."""
+    from attnviz.builtin.common import PACKAGE_DATA, read_jsonl
+
     _, tok = shipped
     vocab = tok.get_vocab()
-    missing = [w for w in lexicon.all_word_forms() if w not in vocab]
+    items = load_eval_set("agreement") + load_eval_set("pronoun")
+    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl"):
+        items += read_jsonl(PACKAGE_DATA / f)
+    words = {w for it in items for w in (it["answer"], it["wrong"])}
+    assert len(words) >= 20
+    missing = sorted(w for w in words if w not in vocab)
     assert not missing
     for p in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!", "'", "7"):
         assert p in vocab
