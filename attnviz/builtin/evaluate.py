@@ -144,7 +144,15 @@ def evaluate_model(folder: Path) -> dict:
     log = folder / "train_log.json"
     res["train"] = json.loads(log.read_text()) if log.exists() else None
     res["size_mb"] = (folder / "model.safetensors").stat().st_size / 1e6
+    res["real"] = evaluate_spec(str(folder), SETS["real"])  # the hand-written real-English sets
     return res
+
+
+def _real_acc(r: dict, task: str):
+    for s in r.get("real", {}).get("sets", []):
+        if task in s["tasks"]:
+            return s["tasks"][task]["all"]["acc"]
+    return None
 
 
 # ---- markdown ---------------------------------------------------------------------------------
@@ -162,8 +170,8 @@ def _table_rows(groups: dict, label: str) -> list[str]:
 
 def summary_table(results: list[dict]) -> list[str]:
     rows = ["| model | agreement | agreement, 2+ attractors | pronoun | pronoun, 2+ attractors "
-            "| hand-written (agr / pron) | top-1 agreement | top-1 pronoun |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "| hand-written (agr / pron) | top-1 agreement | top-1 pronoun | real agreement | real pronoun |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         hw = r["handwritten"]["all"]
         hwt = r["handwritten_by_task"]
@@ -172,8 +180,19 @@ def summary_table(results: list[dict]) -> list[str]:
             f"| {_pct(r['agreement']['att2plus']['acc'])} | {_pct(r['pronoun']['all']['acc'])} "
             f"| {_pct(r['pronoun']['att2plus']['acc'])} "
             f"| {_pct(hw['acc'])} ({_pct(hwt['agreement']['acc'])} / {_pct(hwt['pronoun']['acc'])}) "
-            f"| {_pct(r['agreement']['all']['top1'])} | {_pct(r['pronoun']['all']['top1'])} |")
+            f"| {_pct(r['agreement']['all']['top1'])} | {_pct(r['pronoun']['all']['top1'])} "
+            f"| {_pct(_real_acc(r, 'agreement'))} | {_pct(_real_acc(r, 'pronoun'))} |")
     return rows
+
+
+def real_section(r: dict, level: str = "###") -> list[str]:
+    """The real-English sets (attnviz/builtin/data/real_*.jsonl) by attractor count and style."""
+    if not r.get("real") or not r["real"].get("sets"):
+        return []
+    body = spec_report(r["real"]).split("\n")
+    body = [ln.replace("### real_", f"{level} Real sentences: real_") for ln in body[4:]]  # drop the model header
+    return body
+
 
 
 def model_section(r: dict, level: str = "###") -> list[str]:
@@ -212,15 +231,40 @@ def coverage_section(cov: dict, level: str = "##") -> list[str]:
             f"(share of [UNK] tokens: {_pct(cov['unk_token_share'])} %)"
             + (f"; [UNK] words: {', '.join(cov['unk_examples'])}" if cov["unk_examples"] else ""),
             "- examples: " + "; ".join(f"`{e}`" for e in cov["split_examples"]), "",
-            "Words outside the grammar's vocabulary are split into pieces the model never saw "
-            "in training; its predictions on such sentences are not meaningful, but the pieces "
-            "are visible in the token axis of every map.", ""]
+            ("Words outside the vocabulary are split into WordPiece pieces, which the model was "
+             "trained on (its training text was tokenized the same way); the pieces are visible in "
+             "the token axis of every map." if cov.get("pieces_trained") else
+             "Words outside the grammar's vocabulary are split into pieces the model never saw "
+             "in training; its predictions on such sentences are not meaningful, but the pieces "
+             "are visible in the token axis of every map."), ""]
+
+
+def real_trained(r: dict) -> bool:
+    """Trained by train_real.py (real English + styled items + the grammar, WordPiece text)."""
+    return bool((r.get("train") or {}).get("n_corpus_sentences"))
+
+
+def train_real_section(r: dict) -> list[str]:
+    t = r["train"]
+    last = (t.get("log") or [{}])[-1]
+    return ["```", t["command"], "```", "",
+            f"- seed {t['seed']}, {t['steps']} steps of {t['batch_size']} items: {t['n_grammar_items']:,} "
+            f"grammar items, {t['n_corpus_items']:,} corpus items ({t['n_corpus_distinct']:,} distinct, from "
+            f"{t['n_corpus_sentences']:,} corpus sentences) and {t.get('n_styled_items', 0):,} real-style items; "
+            f"vocabulary {t['vocab_size']:,} (lowercase WordPiece learned from the corpus); 1 torch thread",
+            f"- time: {t['total_seconds'] / 60:.1f} min in all ({t['train_seconds'] / 60:.1f} min training) "
+            f"on 2 CPU cores shared with other jobs; {t['cpu_seconds'] / 60:.1f} min of CPU time",
+            f"- final training loss (last 50 steps): vocabulary cross-entropy {last.get('loss', float('nan')):.4f}, "
+            f"answer-vs-wrong cross-entropy {last.get('pair', float('nan')):.4f}",
+            f"- model.safetensors {r['size_mb']:.1f} MB", ""]
 
 
 def train_section(r: dict) -> list[str]:
     t = r["train"]
     if not t:
         return ["No train_log.json found.", ""]
+    if real_trained(r):
+        return train_real_section(r)
     return ["```", t["command"], "```", "",
             f"- seed {t['seed']}, {t['steps']} steps of {t['batch_size']} sentences "
             f"({t['n_train_items']} generated training items, half agreement, half pronoun), "
@@ -241,32 +285,8 @@ def train_section(r: dict) -> list[str]:
             f"- {t['n_parameters']:,} parameters, model.safetensors {r['size_mb']:.1f} MB", ""]
 
 
-def readme(r: dict, all_results: list[dict], cov: dict) -> str:
-    cfg = MODEL_CONFIG
-    t = r["train"] or {}
-    lines = [
-        "---", "language: en", "library_name: transformers", "pipeline_tag: fill-mask",
-        "license: mit", "---", "",
-        f"# attnviz built-in model `{r['name']}`", "",
-        "A small BERT (post-LN `BertForMaskedLM`) trained from scratch in this repository on a "
-        "synthetic English grammar, the setting of Abnar & Zuidema (2020): "
-        f"{cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden size "
-        f"{cfg['hidden_size']}, intermediate size {cfg['intermediate_size']}, "
-        f"{cfg['max_position_embeddings']} positions, lowercase WordPiece vocabulary. "
-        "No pretrained weights and no download: it ships with attnviz so the app works offline.",
-        "",
-        "One joint model for two tasks, both predicted at a single `[MASK]`:", "",
-        "- **verb-number agreement**: `the keys to the cabinet [MASK] on the table.` -> are "
-        "(not is)",
-        "- **possessive pronouns** that refer to the subject of their clause: "
-        "`the king talked to mary about [MASK] book.` -> his (not her); "
-        "`the author talked to sara about [MASK] book.` -> their (singular they, not her)", "",
-        "```python",
-        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
-        f'model = AutoModelForMaskedLM.from_pretrained("assets/models/{r["name"]}", '
-        'attn_implementation="eager")',
-        f'tokenizer = AutoTokenizer.from_pretrained("assets/models/{r["name"]}")',
-        "```", "", "In attnviz: `attnviz.load_model(\"builtin:agreement\")`.", "",
+def _data_grammar() -> list[str]:
+    return [
         "## Training data", "",
         "Sentences from `attnviz/builtin/grammar.py` (lexicon in `lexicon.py`: "
         f"{len(all_word_forms()):,} word forms — nouns with plurals, verbs with 3rd-person singular, plural and "
@@ -300,6 +320,65 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
         "(a `[MASK]` on a noun, words before the subject, words outside the vocabulary, which "
         "become subword pieces it never saw) its predictions are not meaningful; the "
         "hand-written set below shows where it already slips.", "",
+    ]
+
+
+def _data_real(t: dict) -> list[str]:
+    return [
+        "## Training data", "",
+        "Three sources, mixed in every batch (`python -m attnviz.builtin.train_real`; the corpus is rebuilt with "
+        "`python scripts/build_corpus.py --out assets/data/corpus`, see its SOURCES.md):", "",
+        f"- **real English** ({t['n_corpus_sentences']:,} sentences: the usage examples and glosses of Princeton "
+        "WordNet 3.0 and the quotations of Debian's fortunes packages): every sentence with is/are/was/were/"
+        "has/have becomes an agreement item (one occurrence masked, the other number wrong), every one with "
+        "his/her a pronoun item;",
+        "- **real-style items** (`attnviz/builtin/real_style.py`): encyclopedia-like sentences with census first "
+        "names, surnames, titles and WordNet nouns; pronouns whose antecedent is the main-clause subject with "
+        "0-4 people of the other sex in relative, *whose*, appositive or fronted phrases (plural subjects: "
+        "their); agreement with 0-4 attractors in stacked prepositional phrases and relative clauses, "
+        "auxiliaries and lexical verbs;",
+        "- **the grammar** (`attnviz/builtin/grammar.py`), as for the first built-in models: agreement and "
+        "pronoun sentences with 0-4 attractors; its held-out (subject, attractor) pairs are the grammar test "
+        "sets below.", "",
+        "The vocabulary is a lowercase WordPiece learned from the corpus (every answer and wrong word of both "
+        "tasks a whole token); words outside it are split into pieces the model was trained on. None of the "
+        "real test sentences (attnviz/builtin/data/real_*.jsonl) is in the training data.", "",
+        "Limitations: trained to fill a `[MASK]` at a verb or a possessive; elsewhere (a `[MASK]` on a noun, "
+        "other words) its predictions are not meaningful. Its English comes from 1.8 M words of "
+        "dictionary examples and quotations: far less than a pretrained model has read.", "",
+    ]
+
+
+def readme(r: dict, all_results: list[dict], cov: dict) -> str:
+    cfg = MODEL_CONFIG
+    t = r["train"] or {}
+    lines = [
+        "---", "language: en", "library_name: transformers", "pipeline_tag: fill-mask",
+        "license: mit", "---", "",
+        f"# attnviz built-in model `{r['name']}`", "",
+        "A small BERT (post-LN `BertForMaskedLM`) trained from scratch in this repository on "
+        + ("real English sentences, real-style sentences and a synthetic grammar (Abnar & Zuidema (2020) "
+           "trained theirs on Wikipedia): " if real_trained(r) else
+           "a synthetic English grammar, the setting of Abnar & Zuidema (2020): ")
+        + 
+        f"{cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden size "
+        f"{cfg['hidden_size']}, intermediate size {cfg['intermediate_size']}, "
+        f"{cfg['max_position_embeddings']} positions, lowercase WordPiece vocabulary. "
+        "No pretrained weights and no download: it ships with attnviz so the app works offline.",
+        "",
+        "One joint model for two tasks, both predicted at a single `[MASK]`:", "",
+        "- **verb-number agreement**: `the keys to the cabinet [MASK] on the table.` -> are "
+        "(not is)",
+        "- **possessive pronouns** that refer to the subject of their clause: "
+        "`the king talked to mary about [MASK] book.` -> his (not her); "
+        "`the author talked to sara about [MASK] book.` -> their (singular they, not her)", "",
+        "```python",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        f'model = AutoModelForMaskedLM.from_pretrained("assets/models/{r["name"]}", '
+        'attn_implementation="eager")',
+        f'tokenizer = AutoTokenizer.from_pretrained("assets/models/{r["name"]}")',
+        "```", "", "In attnviz: `attnviz.load_model(\"builtin:agreement\")`.", "",
+        *(_data_real(t) if real_trained(r) else _data_grammar()),
         "## Training run", "",
     ]
     lines += train_section(r)
@@ -311,6 +390,7 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
               "itself is not predictable from the context).", ""]
     lines += ["### All seeds", ""] + summary_table(all_results) + [""]
     lines += model_section(r)
+    lines += real_section(r)
     lines += coverage_section(cov, "###")
     return "\n".join(lines) + "\n"
 
@@ -326,7 +406,9 @@ def eval_md(results: list[dict], cov: dict) -> str:
     for r in results:
         t = r["train"] or {}
         lines += [f"## {r['name']}", ""]
-        if t:
+        if t and real_trained(r):
+            lines += train_real_section(r)
+        elif t:
             cpu = (f", {t['cpu_seconds'] / 60:.1f} min CPU time" if t.get("cpu_seconds")
                    else "")
             lines += [f"Seed {t['seed']}; trained in {t['total_seconds'] / 60:.1f} min wall-clock "
@@ -334,6 +416,7 @@ def eval_md(results: list[dict], cov: dict) -> str:
                       f"thread(s){cpu}); final loss {t['final_loss']:.4f} (answer-vs-wrong "
                       f"{t['final_pair_loss']:.4f}); {r['size_mb']:.1f} MB.", ""]
         lines += model_section(r)
+        lines += real_section(r)
     lines += coverage_section(cov)
     pilot = MODELS_DIR / "PILOT_REAL.md"   # issue #16 pilot on real English (hand-maintained)
     if pilot.is_file():
@@ -642,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     _, tok = load(folders[0])
     sentences = [s.strip() for s in ORDINARY.read_text(encoding="utf-8").splitlines() if s.strip()]
     cov = tokenizer_coverage(tok, sentences)
+    cov["pieces_trained"] = real_trained(results[0])
 
     text = eval_md(results, cov)
     print(text)
