@@ -159,16 +159,21 @@ def strip_html(tokens: Sequence[str], marks: Sequence[str], target: Optional[int
 _LONGEST: dict = {}
 
 
+def builtin_training_log(name: str) -> dict:
+    """train_log.json of the built-in model `name` ({} when it is missing or unreadable)."""
+    from .models.load import BUILTIN_DIR
+
+    try:
+        return json.loads((BUILTIN_DIR / name / "train_log.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def training_log(lm) -> dict:
     """A built-in model's train_log.json ({} for other models or when it is missing)."""
     if not str(getattr(lm, "spec", "")).startswith("builtin:"):
         return {}
-    from .models.load import BUILTIN_DIR
-
-    try:
-        return json.loads((BUILTIN_DIR / lm.spec.split(":", 1)[1] / "train_log.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    return builtin_training_log(lm.spec.split(":", 1)[1])
 
 
 def pieces_unseen(lm) -> bool:

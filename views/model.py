@@ -33,8 +33,13 @@ if kind == "builtin":
     names = builtin_names()
     if names:
         name = st.selectbox("Built-in model", names, key="model_builtin")
-        st.caption("Small BERT models trained on synthetic English (verb agreement, pronouns); they ship "
-                   "with attnviz in assets/models/.")
+        from attnviz.tokencheck import builtin_training_log
+        real = builtin_training_log(name).get("word_pieces")
+        st.caption(("Small BERT models trained here on real English sentences (dictionary examples and "
+                    "quotations), real-style sentences and a synthetic grammar" if real else
+                    "Small BERT models trained on synthetic English") +
+                   " for two tasks, verb agreement and possessive pronouns; they ship with attnviz in "
+                   "assets/models/ (accuracy tables: assets/models/EVAL.md).")
         new = f"builtin:{name}"
     else:
         st.warning("No built-in model is installed (assets/models/ is empty).")

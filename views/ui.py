@@ -345,10 +345,10 @@ def model():
     return lm
 
 
-BUILTIN_CAVEAT = ("**Built-in model:** trained only on an artificial grammar of agreement and pronoun sentences "
-                  "(see the Model page), so its prediction means something for sentences like the examples, not "
-                  "for English in general. In that grammar a person noun without a gender (author, teacher) "
-                  "takes “their”.")
+BUILTIN_CAVEAT = ("**Built-in model:** a small model trained here for two tasks only, the verb's number and the "
+                  "possessive (his/her/its/their) at a [MASK] (see the Model page), so its prediction means "
+                  "something at such a blank, not elsewhere. In its training grammar a person noun without a "
+                  "gender (author, teacher) takes “their”.")
 UNSURE_BELOW = 0.2
 
 
