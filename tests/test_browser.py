@@ -598,6 +598,11 @@ def test_first_request_of_a_fresh_server_for_a_page_runs_the_whole_app(browser):
         page.goto(f"{url}/heads")
         page.wait_for_selector("text=All layers", timeout=120_000)
         assert page.locator('[data-testid="stSidebarNav"]').count() == 1
+        # the sidebar's widgets may still be drawing when the page's text appears (seen under load):
+        # wait for them; in Streamlit's legacy pages/ mode they never come, and this times out
+        page.wait_for_function("() => { const s = document.querySelector('[data-testid=stSidebar]');"
+                               " return s && s.innerText.includes('Sentence') && s.innerText.includes('Model'); }",
+                               timeout=60_000)
         side = page.locator('[data-testid="stSidebar"]').inner_text()
         assert "Model" in side and "Sentence" in side, side  # the sidebar app.py draws
         assert page.locator('[data-testid="stSidebarNav"] a').count() >= 8
