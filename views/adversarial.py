@@ -101,10 +101,16 @@ def _compute(lm, text, target, cap, site, lambdas, steps, restarts, jw_steps, se
     if jw_steps:
         jw = A.jain_wallace(lm, text, site, steps=jw_steps, target=target, max_tokens=cap,
                             progress=lambda stage, f: progress("Jain & Wallace search", 0.75 + 0.2 * f))
+    skipped = []  # a seed that cannot be compared on this sentence is left out, with its reason
     if seeds:
         progress("other seeds", 0.97)
-        fr.seeds = A.seed_baseline(lm, [ui._load(s) for s in seeds], text, site, target=target)
-    return dict(frontier=fr, jw=jw)
+        fr.seeds = []
+        for spec in seeds:
+            try:
+                fr.seeds += A.seed_baseline(lm, [ui._load(spec)], text, site, target=target)
+            except (AttnvizError, InputError) as e:
+                skipped.append(str(e))
+    return dict(frontier=fr, jw=jw, seeds_skipped=skipped)
 
 
 b1, b2 = st.columns([2, 3])  # wide enough for the whole button label at 1024 px
@@ -309,6 +315,8 @@ def explore(fr, jw):
     lines = [f"- **Permutations** ({len(fr.perm_jsd)}): JSD median {pm['jsd_median']:.3f}, TVD median "
              f"{pm['tvd_median']:.4f} (range {pm['tvd_min']:.4f}–{pm['tvd_max']:.4f}).",
              f"- **Uniform α**: JSD {fr.uniform[0]:.3f}, TVD {fr.uniform[1]:.4f}."]
+    for why in res.get("seeds_skipped", []):
+        lines.append(f"- left out: {ui.plain(why)}.")
     for s in fr.seeds:
         lines.append(f"- **{ui.plain(s.spec)}** (another seed): attention JSD {s.jsd:.3f}, output TVD {s.tvd:.4f}; "
                      f"predicts {ui.plain(s.top[0][0])} at {s.top[0][1]:.2f}.")

@@ -88,6 +88,9 @@ def main(argv=None) -> None:
     ap.add_argument("--unk-prob", type=float, default=0.05)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--styled-share", type=float, default=0.0)
+    ap.add_argument("--tokenizer", default=None,
+                    help="reuse this folder's tokenizer instead of learning one (the seeds of one model share "
+                         "seed 0's, so that their attention over a sentence can be compared token by token)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     seed_everything(args.seed)
@@ -125,7 +128,18 @@ def main(argv=None) -> None:
         required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
     gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
     styled_texts = [it["text"].replace("[MASK]", it["answer"]) for it in styled[::4]]
-    tok = build_tokenizer(out, sents + gram_texts + styled_texts, args.vocab_size, required)
+    if args.tokenizer:
+        from transformers import BertTokenizerFast
+        tok = BertTokenizerFast.from_pretrained(args.tokenizer)
+        vocab = tok.get_vocab()
+        missing = sorted(w for w in required if w not in vocab)
+        if missing:
+            raise SystemExit(f"the tokenizer in {args.tokenizer} lacks {len(missing)} answer words as whole "
+                             f"tokens (e.g. {', '.join(missing[:5])}): train without --tokenizer")
+        out.mkdir(parents=True, exist_ok=True)
+        tok.save_pretrained(str(out))
+    else:
+        tok = build_tokenizer(out, sents + gram_texts + styled_texts, args.vocab_size, required)
     n_real = n_total - len(gram) - len(styled)
     real_train = [real[i % len(real)] for i in range(max(0, n_real))]
     items = gram + real_train + styled
