@@ -344,21 +344,28 @@ def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1
     Ac = np.ascontiguousarray(Ares[: l + 1], dtype=np.float64)
     vals = np.empty(len(I))
 
+    nl = l + 2
+    # the order the push tries the nodes of a level: by decreasing capacity into them
+    perm = np.ascontiguousarray(np.argsort(-Ac.sum(1), axis=-1, kind="stable"))
+
     def chunk(sel):
         R = Ac.copy()
         G = np.zeros_like(Ac)
-        nz = np.zeros((l + 2, n), np.int64)
-        dist = np.empty((l + 2, n), np.int64)
-        it = np.empty((l + 2, n), np.int64)
-        size = (l + 2) * n + 1
+        nz, it, itu, dg, nxs, flen, un = (np.zeros((nl, n), np.int64) for _ in range(7))
+        dist = np.full((nl, n), -1, np.int64)
+        size = nl * n + 2
+        hd = np.empty((nl, size), np.int64)
+        fin = np.empty((nl, n, n), np.int32)
+        inl = np.zeros((nl, n, n), np.bool_)
+        cnt = np.zeros(nl, np.int64)
         qm, qp, pm, pp, pa = (np.empty(size, np.int64) for _ in range(5))
         lim, used, ask = (np.empty(size + 1) for _ in range(3))
         touched = TOUCH_CAP or max(1 << 16, min((l + 1) * n * n, 1 << 22))
         te, tp, tq = (np.empty(touched, np.int64) for _ in range(3))
         v = np.empty(len(sel))
-        st = np.zeros(4, np.int64)
-        kern[2](Ac, l, I[sel], J[sel], causal, target[sel], MAXFLOW_EPS, v, R, G, nz, dist, it, qm, qp, pm, pp,
-                pa, lim, used, ask, te, tp, tq, st)
+        st = np.zeros(6, np.int64)
+        kern[2](Ac, l, I[sel], J[sel], causal, perm, target[sel], MAXFLOW_EPS, v, R, G, nz, dist, it, itu, dg, nxs,
+                hd, fin, flen, inl, qm, qp, pm, pp, pa, lim, used, ask, un, cnt, te, tp, tq, st)
         vals[sel] = v
         return st
 
@@ -391,7 +398,7 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1)
     done = 0
     lower = np.empty((n, n))
     upper = np.empty((n, n))
-    kst = np.zeros(4, np.int64)
+    kst = np.zeros(6, np.int64)
     for l in range(top + 1):
         if l == 0:
             F[0] = Ares[0]
@@ -627,17 +634,26 @@ def _lower_two_kernel(Al, Aprev, F_pp, order, count, I, J, out):
         out[t] = best
 
 
-def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it, qm, qp, pm, pp, pa, lim, used, ask,
-                    te, tp, tq, st):
+def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dist, it, itu, dg, nxs, hd, fin, flen,
+                    inl, qm, qp, pm, pp, pa, lim, used, ask, un, cnt, te, tp, tq, st):
     """Max-flow value from (l+1, I[t]) to (0, J[t]) for each t: Dinic's algorithm on the layered
     graph of Ares[:l+1] (positions j..i at levels 1..l when causal, else all; the source alone at
     the top, the sink alone at level 0), stopping as soon as the value reaches target[t] (a proven
     upper bound; np.inf: to the end). R[e, p, q] = Ares[e, p, q] on entry: the residual capacity
-    of edge (e+1, p) -> (e, q); G[e, q, p] = 0: its flow, stored transposed so that the scans of
-    the reverse arcs read contiguous memory; nz[m, p]: edges into (m, p) carrying flow (no reverse
-    scan where 0). The first phase runs on the layers themselves (every edge goes one level down,
-    so no search is needed to layer the graph); later phases search the residual graph. Edges
-    changed are listed (te, tp, tq) and restored after each pair. Residuals <= eps count as 0."""
+    of edge (e+1, p) -> (e, q); G[e, q, p] = 0: its flow (transposed); nz[m, p]: edges into (m, p)
+    carrying flow; fin[m, p, :flen[m, p]]: the positions r whose edge (m+1, r) -> (m, p) has carried
+    flow this pair (inl marks them), so a reverse arc scan reads that list, not the whole level.
+
+    The first phase runs on the layers themselves (every edge goes one level down, so no search
+    is needed); later phases search the residual graph breadth-first, each level keeping a list
+    of its unlabelled nodes (un, cnt) so a node scans only those. Blocking flow: depth-first from
+    the source, each frame k asking its node for up to lim[k] and pushing it on through several
+    arcs in turn: first the node's own column edge (dg: not tried yet), then the nodes of the level
+    below at distance d + 1 in the order perm (by decreasing column capacity), reached through a
+    chain nxs of the nodes of equal distance with blocked nodes spliced out (path compression), so
+    a blocked node is not looked at again; then the reverse arcs from fin. Edges changed are listed
+    (te, tp, tq) and restored after each pair. Residuals <= eps count as 0. st: phases, arc flow
+    updates, pairs stopped at target, search pops, search arc checks, push arc checks."""
     n = Ares.shape[1]
     nl = l + 2
     cap_t = te.shape[0]
@@ -649,6 +665,7 @@ def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it,
         for m in range(nl):
             for p in range(lo, hi):
                 nz[m, p] = 0
+                flen[m, p] = 0
         ntouch = 0
         overflow = False
         val = 0.0
@@ -657,8 +674,8 @@ def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it,
         while val < tgt:
             for m in range(nl):
                 for p in range(lo, hi):
-                    it[m, p] = lo
                     dist[m, p] = -1
+            dist[0, j] = -1
             if phase == 0:
                 for m in range(1, l + 1):
                     for p in range(lo, hi):
@@ -666,6 +683,12 @@ def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it,
                 dist[l + 1, i] = 0
                 dist[0, j] = l + 1
             else:
+                for m in range(1, l + 1):
+                    c = 0
+                    for p in range(lo, hi):
+                        un[m, c] = p
+                        c += 1
+                    cnt[m] = c
                 dist[l + 1, i] = 0
                 qm[0] = l + 1
                 qp[0] = i
@@ -681,59 +704,97 @@ def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it,
                     if dsink >= 0 and d >= dsink:
                         break
                     if m >= 2:
-                        for q in range(lo, hi):
-                            if dist[m - 1, q] < 0 and R[m - 1, p, q] > eps:
-                                dist[m - 1, q] = d + 1
-                                qm[tail] = m - 1
+                        e = m - 1
+                        x = 0
+                        while x < cnt[e]:
+                            q = un[e, x]
+                            st[4] += 1
+                            if dist[e, q] >= 0:  # labelled through an up arc meanwhile
+                                cnt[e] -= 1
+                                un[e, x] = un[e, cnt[e]]
+                            elif R[e, p, q] > eps:
+                                dist[e, q] = d + 1
+                                qm[tail] = e
                                 qp[tail] = q
                                 tail += 1
+                                cnt[e] -= 1
+                                un[e, x] = un[e, cnt[e]]
+                            else:
+                                x += 1
                     elif m == 1:
                         if dist[0, j] < 0 and R[0, p, j] > eps:
                             dist[0, j] = d + 1
                             dsink = d + 1
                     if 1 <= m <= l - 1 and nz[m, p] > 0:
-                        for r in range(lo, hi):
-                            if dist[m + 1, r] < 0 and G[m, p, r] > eps:
-                                dist[m + 1, r] = d + 1
-                                qm[tail] = m + 1
+                        e = m + 1
+                        for x in range(flen[m, p]):
+                            r = fin[m, p, x]
+                            st[4] += 1
+                            if dist[e, r] < 0 and G[m, p, r] > eps:
+                                dist[e, r] = d + 1
+                                qm[tail] = e
                                 qp[tail] = r
                                 tail += 1
                 if dsink < 0:
-                    break  # no augmenting path: val is the max-flow
+                    break
             phase += 1
             st[0] += 1
-            # blocking flow: depth-first along arcs one step further from the source, each frame
-            # k asking its node for up to lim[k] and pushing it on through several arcs in turn
-            # (current arcs it[m, p]: positions lo..hi-1 down, then hi..2hi-lo-1 up to r = a-hi+lo)
-            top_arc = 2 * hi - lo
+            # class chains: nxs[e, p] = next position after p at level e with the same distance
+            for e in range(1, l + 1):
+                for p in range(lo, hi):
+                    dv = dist[e, p]
+                    if dv >= 0:
+                        hd[e, dv] = hi
+                for x in range(n - 1, -1, -1):
+                    p = perm[e, x]
+                    if p < lo or p >= hi:
+                        continue
+                    dv = dist[e, p]
+                    if dv >= 0:
+                        nxs[e, p] = hd[e, dv]
+                        hd[e, dv] = p
+            for m in range(1, l + 2):
+                for p in range(lo, hi):
+                    itu[m, p] = 0
+                    dg[m, p] = 1
+                    d = dist[m, p]
+                    if m == 1:
+                        it[m, p] = lo
+                    elif d >= 0:
+                        it[m, p] = hi
+                        if d + 1 < hd.shape[1]:
+                            q = hd[m - 1, d + 1]  # valid only if set this phase
+                            if lo <= q < hi and dist[m - 1, q] == d + 1:
+                                it[m, p] = q
+                    else:
+                        it[m, p] = hi
             k = 0
             pm[0] = l + 1
             pp[0] = i
             lim[0] = tgt - val
             used[0] = 0.0
-            ret = -1.0  # >= 0: the amount frame k + 1 just pushed
+            ret = -1.0
             while True:
                 m = pm[k]
                 p = pp[k]
                 if ret >= 0.0:
-                    # the child through arc pa[k] pushed ret: record it on that arc
-                    a = pa[k]
+                    b = pa[k]
                     x = ret
                     ret = -1.0
                     if x > 0.0:
-                        if a < hi:  # down: edge (m, p) -> (m-1, a)
+                        if b < n:
                             e = m - 1
                             src = p
-                            dst = a
+                            dst = b
                             rr = R[e, src, dst] - x
                             f0 = G[e, dst, src]
                             f = f0 + x
                             if rr <= eps:
                                 f += rr
                                 rr = 0.0
-                        else:  # up: cancel flow on edge (m+1, r) -> (m, p)
+                        else:
                             e = m
-                            src = a - hi + lo
+                            src = b - n
                             dst = p
                             f0 = G[e, dst, src]
                             f = f0 - x
@@ -745,6 +806,10 @@ def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it,
                         G[e, dst, src] = f
                         if f0 <= eps < f:
                             nz[e, dst] += 1
+                            if not inl[e, dst, src]:
+                                inl[e, dst, src] = True
+                                fin[e, dst, flen[e, dst]] = src
+                                flen[e, dst] += 1
                         elif f <= eps < f0:
                             nz[e, dst] -= 1
                         if ntouch < cap_t:
@@ -756,89 +821,142 @@ def _maxflow_kernel(Ares, l, I, J, causal, target, eps, out, R, G, nz, dist, it,
                             overflow = True
                         used[k] += x
                         st[1] += 1
+                    adv = False
                     if x < ask[k + 1]:
-                        it[m, p] += 1  # the arc is saturated or the child is blocked
+                        adv = True
+                    elif b < n:
+                        adv = R[m - 1, p, b] <= eps
                     else:
-                        # the child took all it was asked: the arc is saturated or this node's
-                        # limit is reached
-                        if a < hi:
-                            if R[m - 1, p, a] <= eps:
-                                it[m, p] += 1
-                        elif G[m, p, a - hi + lo] <= eps:
-                            it[m, p] += 1
+                        adv = G[m, p, b - n] <= eps
+                    if adv:
+                        if b < n:
+                            if m == 1:
+                                it[m, p] = hi
+                            elif dg[m, p] == 1 and b == p:
+                                dg[m, p] = 0
+                            else:
+                                it[m, p] = nxs[m - 1, b]
+                        else:
+                            itu[m, p] += 1
                     if used[k] >= lim[k]:
                         if k == 0:
                             break
                         ret = used[k]
                         k -= 1
                         continue
-                if m == 0:  # the sink takes everything
+                if m == 0:
                     ret = lim[k]
                     k -= 1
                     continue
                 d = dist[m, p]
                 moved = False
-                while it[m, p] < top_arc:
-                    a = it[m, p]
-                    if a < hi:
-                        if m >= 2 or (m == 1 and a == j):
-                            if dist[m - 1, a] == d + 1:
-                                rr = R[m - 1, p, a]
-                                if rr > eps:
-                                    c = lim[k] - used[k]
-                                    pa[k] = a
-                                    pm[k + 1] = m - 1
-                                    pp[k + 1] = a
-                                    ask[k + 1] = rr if rr < c else c
-                                    lim[k + 1] = ask[k + 1]
-                                    used[k + 1] = 0.0
-                                    k += 1
-                                    moved = True
-                                    break
-                        elif m == 1:
-                            it[m, p] = j if a < j else hi
+                # down arcs: the alive members of class d + 1 on the level below
+                if m == 1:
+                    if it[m, p] < hi:
+                        st[5] += 1
+                        if dist[0, j] == d + 1 and R[0, p, j] > eps:
+                            rr = R[0, p, j]
+                            c = lim[k] - used[k]
+                            pa[k] = j
+                            pm[k + 1] = 0
+                            pp[k + 1] = j
+                            ask[k + 1] = rr if rr < c else c
+                            lim[k + 1] = ask[k + 1]
+                            used[k + 1] = 0.0
+                            k += 1
                             continue
-                    elif 1 <= m <= l - 1 and nz[m, p] > 0:
-                        r = a - hi + lo
-                        if dist[m + 1, r] == d + 1:
+                        it[m, p] = hi
+                else:
+                    e = m - 1
+                    if dg[m, p] == 1:
+                        # the own column first: the largest edge of every node
+                        if lo <= p < hi and dist[e, p] == d + 1 and R[e, p, p] > eps:
+                            rr = R[e, p, p]
+                            c = lim[k] - used[k]
+                            pa[k] = p
+                            pm[k + 1] = e
+                            pp[k + 1] = p
+                            ask[k + 1] = rr if rr < c else c
+                            lim[k + 1] = ask[k + 1]
+                            used[k + 1] = 0.0
+                            k += 1
+                            continue
+                        dg[m, p] = 0
+                    q = it[m, p]
+                    while q < hi:
+                        # skip blocked members (path compression on the chain)
+                        if dist[e, q] == -2:
+                            q0 = q
+                            while q < hi and dist[e, q] == -2:
+                                q = nxs[e, q]
+                            while q0 < hi and dist[e, q0] == -2:
+                                q1 = nxs[e, q0]
+                                nxs[e, q0] = q
+                                q0 = q1
+                            if q >= hi:
+                                break
+                        st[5] += 1
+                        rr = R[e, p, q]
+                        if rr > eps:
+                            c = lim[k] - used[k]
+                            pa[k] = q
+                            pm[k + 1] = e
+                            pp[k + 1] = q
+                            ask[k + 1] = rr if rr < c else c
+                            lim[k + 1] = ask[k + 1]
+                            used[k + 1] = 0.0
+                            moved = True
+                            break
+                        q = nxs[e, q]
+                    it[m, p] = q
+                    if moved:
+                        k += 1
+                        continue
+                # up arcs: edges into this node that carry flow
+                if 1 <= m <= l - 1 and nz[m, p] > 0:
+                    e = m + 1
+                    x = itu[m, p]
+                    while x < flen[m, p]:
+                        r = fin[m, p, x]
+                        st[5] += 1
+                        if dist[e, r] == d + 1:
                             rr = G[m, p, r]
                             if rr > eps:
                                 c = lim[k] - used[k]
-                                pa[k] = a
-                                pm[k + 1] = m + 1
+                                pa[k] = n + r
+                                pm[k + 1] = e
                                 pp[k + 1] = r
                                 ask[k + 1] = rr if rr < c else c
                                 lim[k + 1] = ask[k + 1]
                                 used[k + 1] = 0.0
-                                k += 1
                                 moved = True
                                 break
-                    else:
-                        it[m, p] = top_arc
-                        break
-                    it[m, p] += 1
-                if not moved:
-                    # every arc is used up: this node is blocked for the rest of the phase
-                    dist[m, p] = -2
-                    if k == 0:
-                        break
-                    ret = used[k]
-                    k -= 1
+                        x += 1
+                    itu[m, p] = x
+                    if moved:
+                        k += 1
+                        continue
+                dist[m, p] = -2
+                if k == 0:
+                    break
+                ret = used[k]
+                k -= 1
             val += used[0]
             if used[0] <= 0.0 and phase > 1:
                 break
         out[t] = val
         if val >= tgt:
             st[2] += 1
-        # restore R and G for the next pair
         if overflow:
             for e in range(l + 1):
                 for p in range(lo, hi):
                     for q in range(lo, hi):
                         R[e, p, q] = Ares[e, p, q]
                         G[e, q, p] = 0.0
+                        inl[e, q, p] = False
         else:
             for s in range(ntouch):
                 e = te[s]
                 R[e, tp[s], tq[s]] = Ares[e, tp[s], tq[s]]
                 G[e, tq[s], tp[s]] = 0.0
+                inl[e, tq[s], tp[s]] = False
