@@ -188,11 +188,16 @@ def test_flow_on_real_smollm2_attention_equals_plain_igraph():
 @needs_numba
 @pytest.mark.parametrize("make,L,n,seed", [
     (lambda L, n, s: _causal(L, n, s, sink=1.0), 7, 16, 11), (_dense, 5, 14, 12), (_sparse, 6, 13, 13),
+    (lambda L, n, s: _dense(L, n, s, peak=30.0), 6, 12, 16), (lambda L, n, s: _causal(L, n, s, peak=30.0), 6, 12, 17),
 ])
-def test_compiled_dinic_threads_and_restoring_equal_plain(make, L, n, seed, monkeypatch):
+def test_compiled_dinic_threads_and_restoring_equal_plain(make, L, n, seed):
     """The Dinic kernel run to the end (every row asked for: no bounds, no early stop), with two
-    threads and with a restore list too small to hold a pair's changed edges (whole window reset),
-    and the bounds path with both: all equal the plain igraph max-flow on the whole layered graph."""
+    threads, and the bounds path with both; then every pair of a layer in one kernel call, in two
+    different orders: each pair must find the graph as the attention gave it (the edges the pair
+    before changed are restored from its lists), so both orders give the same values, bit for bit.
+    All equal the plain igraph max-flow on the whole layered graph."""
+    from attnviz.methods.flow import _kernels, _maxflow_run
+
     A = make(L, n, seed)
     ref = _plain_igraph(A)
     rows = list(range(n))
@@ -200,10 +205,20 @@ def test_compiled_dinic_threads_and_restoring_equal_plain(make, L, n, seed, monk
     stats = {}
     np.testing.assert_allclose(flow(A, normalize=False, workers=2, stats=stats), ref, rtol=0, atol=1e-9)
     assert stats["maxflow_pairs"] > 0 and stats["maxflow_phases"] >= stats["maxflow_pairs"] - stats["stopped_at_upper"]
-    monkeypatch.setattr(flow_module, "TOUCH_CAP", 3)
-    np.testing.assert_allclose(flow(A, normalize=False, layers=[L - 1], rows=rows, workers=2), ref[[L - 1]],
-                               rtol=0, atol=1e-9)
-    np.testing.assert_allclose(flow(A, normalize=False, workers=1), ref, rtol=0, atol=1e-9)
+    Ares = with_residual(A)
+    causal = _is_causal(Ares)
+    I, J = (x.ravel().astype(np.int64) for x in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
+    if causal:  # the kernel runs j < i only (j > i is 0, j = i the own column: closed forms)
+        I, J = I[J < I], J[J < I]
+    for l in (2, L - 1):
+        vals = []
+        for order in (np.arange(len(I)), np.random.default_rng(l).permutation(len(I))):
+            out = np.empty(len(I))
+            st = _maxflow_run(Ares, l, I[order], J[order], causal, np.full(len(I), np.inf), out, order, _kernels())
+            vals.append(out)
+            assert st[0] >= len(I)  # at least one phase per pair: nothing was skipped
+        assert np.array_equal(vals[0], vals[1])
+        np.testing.assert_allclose(vals[0], ref[l, I, J], rtol=0, atol=1e-9)
 
 
 @needs_numba
@@ -232,8 +247,15 @@ def test_compiled_bounds_equal_numpy_bounds():
             I, J = np.nonzero(mask)
             out = np.empty(len(I))
             order2 = np.ascontiguousarray(np.argsort(-F[l - 2], axis=0, kind="stable"))
-            kern[1](np.ascontiguousarray(Ares[l]), np.ascontiguousarray(Ares[l - 1]), np.ascontiguousarray(F[l - 2]),
-                    order2, (F[l - 2] > 0).sum(0), I, J, out)
+            kern[1](np.ascontiguousarray(Ares[l]), np.ascontiguousarray(Ares[l - 1].T), np.ascontiguousarray(F[l - 2]),
+                    order2, (F[l - 2] > 0).sum(0), I, J, np.full(len(I), -np.inf), out)
             np.testing.assert_allclose(out, two[I, J], rtol=0, atol=1e-12)
+            # asked to reach a level: the exact bound where it does, -inf (no bound) where it does not
+            need = two[I, J] + np.where(np.arange(len(I)) % 2 == 0, -1e-3, 1e-3)
+            kern[1](np.ascontiguousarray(Ares[l]), np.ascontiguousarray(Ares[l - 1].T), np.ascontiguousarray(F[l - 2]),
+                    order2, (F[l - 2] > 0).sum(0), I, J, need, out)
+            reach = need <= two[I, J]
+            np.testing.assert_allclose(out[reach], two[I, J][reach], rtol=0, atol=1e-12)
+            assert np.all(out[~reach] == -np.inf)
             # and both are bounds: lower <= exact <= upper
             assert np.all(lo_k[keep] <= F[l][keep] + 1e-12) and np.all(F[l][keep] <= up_k[keep] + 1e-12)

@@ -350,8 +350,7 @@ def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1
 
     def chunk(sel):
         R = Ac.copy()
-        G = np.zeros_like(Ac)
-        nz, it, itu, dg, nxs, flen, un = (np.zeros((nl, n), np.int64) for _ in range(7))
+        it, itu, dg, nxs, flen, un = (np.zeros((nl, n), np.int64) for _ in range(6))
         dist = np.full((nl, n), -1, np.int64)
         size = nl * n + 2
         hd = np.empty((nl, size), np.int64)
@@ -360,12 +359,10 @@ def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1
         cnt = np.zeros(nl, np.int64)
         qm, qp, pm, pp, pa = (np.empty(size, np.int64) for _ in range(5))
         lim, used, ask = (np.empty(size + 1) for _ in range(3))
-        touched = TOUCH_CAP or max(1 << 16, min((l + 1) * n * n, 1 << 22))
-        te, tp, tq = (np.empty(touched, np.int64) for _ in range(3))
         v = np.empty(len(sel))
         st = np.zeros(6, np.int64)
-        kern[2](Ac, l, I[sel], J[sel], causal, perm, target[sel], MAXFLOW_EPS, v, R, G, nz, dist, it, itu, dg, nxs,
-                hd, fin, flen, inl, qm, qp, pm, pp, pa, lim, used, ask, un, cnt, te, tp, tq, st)
+        kern[2](Ac, l, I[sel], J[sel], causal, perm, target[sel], MAXFLOW_EPS, v, R, dist, it, itu, dg, nxs, hd, fin,
+                flen, inl, qm, qp, pm, pp, pa, lim, used, ask, un, cnt, st)
         vals[sel] = v
         return st
 
@@ -417,8 +414,9 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1)
                 order2 = np.ascontiguousarray(np.argsort(-F[l - 2], axis=0, kind="stable"))
                 count = (F[l - 2] > 0).sum(0)
                 lo2 = np.empty(len(I))
-                lower_two_k(Al, np.ascontiguousarray(Ares[l - 1]), F[l - 2], order2, count,
-                            I.astype(np.int64), J.astype(np.int64), lo2)
+                # only the pairs this bound can settle: it must reach the upper bound
+                lower_two_k(Al, np.ascontiguousarray(Ares[l - 1].T), F[l - 2], order2, count,
+                            I.astype(np.int64), J.astype(np.int64), upper[I, J] - CERTIFY_TOL, lo2)
                 lower[I, J] = np.maximum(lower[I, J], lo2)
                 ok = (upper - lower) <= CERTIFY_TOL
                 if causal:
@@ -448,7 +446,6 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1)
     return out
 
 
-TOUCH_CAP = None  # edges changed per pair that are listed for restoring (None: sized from the layer)
 MAXFLOW_EPS = 1e-15  # residual capacities at or below this count as zero in the compiled Dinic
 
 
@@ -606,9 +603,11 @@ def _bounds_kernel(Al, F_prev, in_cap, in_cap_2d, order, lower, upper, only_lowe
             lower[i, j] = knap if knap > cut else cut
 
 
-def _lower_two_kernel(Al, Aprev, F_pp, order, count, I, J, out):
-    """_lower_two for the listed pairs (I[t], J[t]); order[:, j] as in _bounds_kernel over F_pp,
-    count[j] how many k' carry flow to j (F_pp[k', j] > 0)."""
+def _lower_two_kernel(Al, AprevT, F_pp, order, count, I, J, need, out):
+    """_lower_two for the listed pairs (I[t], J[t]); AprevT = Aprev transposed (contiguous), order[:, j]
+    as in _bounds_kernel over F_pp, count[j] how many k' carry flow to j (F_pp[k', j] > 0).
+    need[t]: the bound is wanted only if it reaches need[t] (the pair's upper bound, to settle it):
+    as soon as one θ gives less, the minimum is below need[t] and out[t] = -inf (np.-inf: never)."""
     n = Al.shape[0]
     acc = np.empty(n)
     for t in range(I.shape[0]):
@@ -627,22 +626,26 @@ def _lower_two_kernel(Al, Aprev, F_pp, order, count, I, J, out):
                 s += a if a < acc[k] else acc[k]
             if s < best:
                 best = s
+                if best < need[t]:
+                    best = -np.inf
+                    break
             if r < m:
                 kp = order[r, j]
                 for k in range(n):
-                    acc[k] += Aprev[k, kp]
+                    acc[k] += AprevT[kp, k]
         out[t] = best
 
 
-def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dist, it, itu, dg, nxs, hd, fin, flen,
-                    inl, qm, qp, pm, pp, pa, lim, used, ask, un, cnt, te, tp, tq, st):
+def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, dist, it, itu, dg, nxs, hd, fin, flen, inl,
+                    qm, qp, pm, pp, pa, lim, used, ask, un, cnt, st):
     """Max-flow value from (l+1, I[t]) to (0, J[t]) for each t: Dinic's algorithm on the layered
     graph of Ares[:l+1] (positions j..i at levels 1..l when causal, else all; the source alone at
     the top, the sink alone at level 0), stopping as soon as the value reaches target[t] (a proven
     upper bound; np.inf: to the end). R[e, p, q] = Ares[e, p, q] on entry: the residual capacity
-    of edge (e+1, p) -> (e, q); G[e, q, p] = 0: its flow (transposed); nz[m, p]: edges into (m, p)
-    carrying flow; fin[m, p, :flen[m, p]]: the positions r whose edge (m+1, r) -> (m, p) has carried
-    flow this pair (inl marks them), so a reverse arc scan reads that list, not the whole level.
+    of edge (e+1, p) -> (e, q), whose flow is Ares - R (a saturated edge has R = 0 exactly, an
+    emptied one R = Ares exactly); fin[m, p, :flen[m, p]]: the positions r whose edge
+    (m+1, r) -> (m, p) this pair has changed (inl marks them), so a reverse arc scan reads that
+    list, not the whole level, and restoring R after the pair touches those edges only.
 
     The first phase runs on the layers themselves (every edge goes one level down, so no search
     is needed); later phases search the residual graph breadth-first, each level keeping a list
@@ -651,12 +654,11 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
     arcs in turn: first the node's own column edge (dg: not tried yet), then the nodes of the level
     below at distance d + 1 in the order perm (by decreasing column capacity), reached through a
     chain nxs of the nodes of equal distance with blocked nodes spliced out (path compression), so
-    a blocked node is not looked at again; then the reverse arcs from fin. Edges changed are listed
-    (te, tp, tq) and restored after each pair. Residuals <= eps count as 0. st: phases, arc flow
-    updates, pairs stopped at target, search pops, search arc checks, push arc checks."""
+    a blocked node is not looked at again; then the reverse arcs from fin. Residuals and flows
+    <= eps count as 0. st: phases, arc flow updates, pairs stopped at target, search pops, search
+    arc checks, push arc checks."""
     n = Ares.shape[1]
     nl = l + 2
-    cap_t = te.shape[0]
     for t in range(I.shape[0]):
         i = I[t]
         j = J[t]
@@ -664,10 +666,7 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
         hi = i + 1 if causal else n
         for m in range(nl):
             for p in range(lo, hi):
-                nz[m, p] = 0
                 flen[m, p] = 0
-        ntouch = 0
-        overflow = False
         val = 0.0
         tgt = target[t]
         phase = 0
@@ -725,12 +724,12 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
                         if dist[0, j] < 0 and R[0, p, j] > eps:
                             dist[0, j] = d + 1
                             dsink = d + 1
-                    if 1 <= m <= l - 1 and nz[m, p] > 0:
+                    if 1 <= m <= l - 1:
                         e = m + 1
                         for x in range(flen[m, p]):
                             r = fin[m, p, x]
                             st[4] += 1
-                            if dist[e, r] < 0 and G[m, p, r] > eps:
+                            if dist[e, r] < 0 and Ares[m, r, p] - R[m, r, p] > eps:
                                 dist[e, r] = d + 1
                                 qm[tail] = e
                                 qp[tail] = r
@@ -782,43 +781,25 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
                     x = ret
                     ret = -1.0
                     if x > 0.0:
-                        if b < n:
+                        if b < n:  # down: more flow on edge (m, p) -> (m-1, b)
                             e = m - 1
                             src = p
                             dst = b
                             rr = R[e, src, dst] - x
-                            f0 = G[e, dst, src]
-                            f = f0 + x
                             if rr <= eps:
-                                f += rr
                                 rr = 0.0
-                        else:
-                            e = m
-                            src = b - n
-                            dst = p
-                            f0 = G[e, dst, src]
-                            f = f0 - x
-                            rr = R[e, src, dst] + x
-                            if f <= eps:
-                                rr += f
-                                f = 0.0
-                        R[e, src, dst] = rr
-                        G[e, dst, src] = f
-                        if f0 <= eps < f:
-                            nz[e, dst] += 1
                             if not inl[e, dst, src]:
                                 inl[e, dst, src] = True
                                 fin[e, dst, flen[e, dst]] = src
                                 flen[e, dst] += 1
-                        elif f <= eps < f0:
-                            nz[e, dst] -= 1
-                        if ntouch < cap_t:
-                            te[ntouch] = e
-                            tp[ntouch] = src
-                            tq[ntouch] = dst
-                            ntouch += 1
-                        else:
-                            overflow = True
+                        else:  # up: less flow on edge (m+1, b-n) -> (m, p), already listed
+                            e = m
+                            src = b - n
+                            dst = p
+                            rr = R[e, src, dst] + x
+                            if Ares[e, src, dst] - rr <= eps:
+                                rr = Ares[e, src, dst]
+                        R[e, src, dst] = rr
                         used[k] += x
                         st[1] += 1
                     adv = False
@@ -827,7 +808,7 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
                     elif b < n:
                         adv = R[m - 1, p, b] <= eps
                     else:
-                        adv = G[m, p, b - n] <= eps
+                        adv = Ares[m, b - n, p] - R[m, b - n, p] <= eps
                     if adv:
                         if b < n:
                             if m == 1:
@@ -913,14 +894,14 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
                         k += 1
                         continue
                 # up arcs: edges into this node that carry flow
-                if 1 <= m <= l - 1 and nz[m, p] > 0:
+                if 1 <= m <= l - 1:
                     e = m + 1
                     x = itu[m, p]
                     while x < flen[m, p]:
                         r = fin[m, p, x]
                         st[5] += 1
                         if dist[e, r] == d + 1:
-                            rr = G[m, p, r]
+                            rr = Ares[m, r, p] - R[m, r, p]
                             if rr > eps:
                                 c = lim[k] - used[k]
                                 pa[k] = n + r
@@ -947,16 +928,10 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, G, nz, dis
         out[t] = val
         if val >= tgt:
             st[2] += 1
-        if overflow:
-            for e in range(l + 1):
-                for p in range(lo, hi):
-                    for q in range(lo, hi):
-                        R[e, p, q] = Ares[e, p, q]
-                        G[e, q, p] = 0.0
-                        inl[e, q, p] = False
-        else:
-            for s in range(ntouch):
-                e = te[s]
-                R[e, tp[s], tq[s]] = Ares[e, tp[s], tq[s]]
-                G[e, tq[s], tp[s]] = 0.0
-                inl[e, tq[s], tp[s]] = False
+        # restore the edges this pair changed (all listed in fin)
+        for m in range(l + 1):
+            for p in range(lo, hi):
+                for x in range(flen[m, p]):
+                    r = fin[m, p, x]
+                    R[m, r, p] = Ares[m, r, p]
+                    inl[m, p, r] = False
