@@ -751,3 +751,35 @@ def test_causal_target_row_path_gradients_match_run_layers(tokenizer):
         grads.append(th.grad)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-3, atol=1e-7)
     assert float(grads[1].abs().max()) > 1e-6  # the comparison is not between two zeros
+
+
+def test_a_seed_that_cannot_be_compared_is_left_out(monkeypatch):
+    """A seed whose tokenizer splits the sentence differently: the frontier is still drawn, the other
+    seeds are still compared, and the page says which seed was left out and why."""
+    from attnviz import adversarial as A
+    from attnviz.errors import InputError
+    from attnviz.models.load import builtin_names
+
+    if not {"agreement", "agreement-seed1", "agreement-seed2"} <= set(builtin_names()):
+        pytest.skip("the built-in seeds are not installed")
+    real = A.seed_baseline
+
+    def fake(lm, others, *a, **k):
+        if others and others[0].spec.endswith("-seed1"):
+            raise InputError(f"{others[0].spec} tokenises the sentence differently from {lm.spec}: "
+                             "their attention cannot be compared")
+        return real(lm, others, *a, **k)
+
+    monkeypatch.setattr(A, "seed_baseline", fake)
+    at = open_app_page("adversarial", "builtin:agreement", SENTENCE)
+    for key, v in (("adv_steps", 20), ("adv_points", 4), ("adv_restarts", 1), ("adv_jw_steps", 0)):
+        at.number_input(key=key).set_value(v)
+    at.run()
+    at.button(key="adv_go").click()
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    ch = _charts(at)
+    seeds = _trace(ch["frontier"], "models from other seeds")
+    assert list(seeds["customdata"]) == ["builtin:agreement-seed2"]
+    text = " ".join(m.value for m in at.markdown)
+    assert "left out: builtin" in text and "seed1 tokenises the sentence differently" in text.replace("\\", "")

@@ -383,7 +383,9 @@ def readme(r: dict, all_results: list[dict], cov: dict) -> str:
     ]
     lines += train_section(r)
     lines += ["Same seed, same machine, same thread count: same weights "
-              "(`torch.use_deterministic_algorithms(True)`). " + REPRO_NOTE, ""]
+              "(`torch.use_deterministic_algorithms(True)`). "
+              + ("Not checked by a second run for the models trained on real English." if real_trained(r)
+                 else REPRO_NOTE), ""]
     lines += ["## Evaluation", "", "Produced by `python -m attnviz.builtin.evaluate`. Accuracy: "
               "the answer's logit at `[MASK]` is higher than the wrong word's (is vs are, his vs "
               "her). Top-1: the answer is the arg-max over the whole vocabulary (harder: the verb "

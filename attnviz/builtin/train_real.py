@@ -130,7 +130,7 @@ def main(argv=None) -> None:
     styled_texts = [it["text"].replace("[MASK]", it["answer"]) for it in styled[::4]]
     if args.tokenizer:
         from transformers import BertTokenizerFast
-        tok = BertTokenizerFast.from_pretrained(args.tokenizer)
+        tok = BertTokenizerFast.from_pretrained(args.tokenizer, trust_remote_code=False)
         vocab = tok.get_vocab()
         missing = sorted(w for w in required if w not in vocab)
         if missing:
