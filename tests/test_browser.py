@@ -378,12 +378,19 @@ def strip_state(page):
 
 
 def test_token_strip_says_what_is_predicted_and_warns(server, browser, spec):
+    from attnviz.tokencheck import longest_training_input, pieces_unseen
+
     lm = attnviz.load_model(spec)
+    # a word split into pieces is warned about only for a model that never saw pieces in training
+    split = ["outside the model's vocabulary"] if pieces_unseen(lm) else []
+    longest = longest_training_input(lm) or 27
+    reps = longest // 8 + 1  # 8 tokens a repeat: just over the longest training input, under the model's limit
+    assert 8 * reps + 7 <= lm.max_tokens
     cases = {
         "the keys to the cabinet [mask] on the table .": [],  # lowercase: read as [MASK], nothing to warn about
         "the dogs in the garden are happy .": ["no [MASK]"],
-        "the label 😀 [MASK] on the table .": ["unknown to the model", "another script", "outside the model's vocabulary"],
-        " ".join(["the keys to the cabinet near the door"] * 3) + " [MASK] on the table .": ["longest the model saw"],
+        "the xylophonist 😀 [MASK] on the table .": ["unknown to the model", "another script"] + split,
+        " ".join(["the keys to the cabinet near the door"] * reps) + " [MASK] on the table .": ["longest the model saw"],
     }
     for text, want in cases.items():
         ref = attnviz.analyze(lm, text, methods=["attention"])
@@ -514,14 +521,17 @@ def test_adversarial_demo(server, browser, spec):
             break
     assert h is not None and rail is not None, "the chart's slider never stayed on the page"
     y = rail["y"] + rail["height"] / 2
+    shape0 = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
+    # drag towards the low end: every frontier starts at JSD 0, so a smaller attention-change target
+    # always has its own point (a larger one may lie beyond the frontier's reach for a short search)
     page.mouse.move(h["x"] + h["width"] / 2, y)
     page.mouse.down()
-    page.mouse.move(rail["x"] + rail["width"] * 0.9, y, steps=8)
+    page.mouse.move(rail["x"] + rail["width"] * 0.02, y, steps=8)
     time.sleep(0.3)
     x_drag = chart_js(page, "adv_frontier_chart", "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
     shape = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
     page.mouse.up()
-    assert shape > 0.5 and x_drag != x0
+    assert shape < shape0 and x_drag != x0, (shape0, shape, x0, x_drag)
     page.screenshot(path=str(SHOTS / "13_adversarial.png"))
     page.close()
 
