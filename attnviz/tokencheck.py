@@ -5,10 +5,12 @@ tokens above the maps (unknown tokens and words split into pieces marked) with p
 """
 from __future__ import annotations
 
+import functools
 import json
 
 import re
 import unicodedata
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -159,27 +161,35 @@ def strip_html(tokens: Sequence[str], marks: Sequence[str], target: Optional[int
 _LONGEST: dict = {}
 
 
-def builtin_training_log(name: str) -> dict:
-    """train_log.json of the built-in model `name` ({} when it is missing or unreadable)."""
-    from .models.load import BUILTIN_DIR
-
+@functools.lru_cache(maxsize=32)
+def _read_log(path: str) -> dict:
     try:
-        return json.loads((BUILTIN_DIR / name / "train_log.json").read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
 
 
+def builtin_training_log(name: str) -> dict:
+    """train_log.json of the built-in model `name` ({} when it is missing or unreadable); read once
+    per file (the token strip asks on every rerun)."""
+    from .models.load import BUILTIN_DIR
+
+    return _read_log(str(BUILTIN_DIR / name / "train_log.json"))
+
+
 def training_log(lm) -> dict:
     """A built-in model's train_log.json ({} for other models or when it is missing)."""
-    if not str(getattr(lm, "spec", "")).startswith("builtin:"):
-        return {}
-    return builtin_training_log(lm.spec.split(":", 1)[1])
+    from .models.load import is_builtin
+
+    return builtin_training_log(lm.spec.split(":", 1)[1]) if is_builtin(lm) else {}
 
 
 def pieces_unseen(lm) -> bool:
     """True for a built-in model trained on whole words only (its grammar's), False for one trained on
     WordPiece text (train_log.json says "word_pieces": true) and for every other model."""
-    return str(getattr(lm, "spec", "")).startswith("builtin:") and not training_log(lm).get("word_pieces")
+    from .models.load import is_builtin
+
+    return is_builtin(lm) and not training_log(lm).get("word_pieces")
 
 
 def longest_training_input(lm) -> Optional[int]:
@@ -187,11 +197,14 @@ def longest_training_input(lm) -> Optional[int]:
     train_log.json ("max_train_tokens"), else the grammar's held-out sets, which have the lengths of
     the grammar's training sentences (the longest of them is taken); None for other models (their
     training data is not at hand)."""
-    if not str(getattr(lm, "spec", "")).startswith("builtin:"):
+    from .models.load import is_builtin
+
+    if not is_builtin(lm):
         return None
     key = lm.spec
-    if key not in _LONGEST and training_log(lm).get("max_train_tokens"):
-        _LONGEST[key] = int(training_log(lm)["max_train_tokens"])
+    logged = training_log(lm).get("max_train_tokens")
+    if key not in _LONGEST and logged:
+        _LONGEST[key] = int(logged)
     if key not in _LONGEST:
         try:
             from .builtin import load_eval_set

@@ -19,7 +19,7 @@ from streamlit.errors import StreamlitAPIException
 
 import attnviz
 from attnviz import METHODS, InputError, ModelLoadError, schedule
-from attnviz.models.load import builtin_names, packaged_available
+from attnviz.models.load import builtin_names, is_builtin, packaged_available
 
 
 DEFAULT_SPEC = "builtin:agreement"
@@ -350,10 +350,6 @@ BUILTIN_CAVEAT = ("**Built-in model:** a small model trained here for two tasks 
                   "something at such a blank, not elsewhere. In its training grammar a person noun without a "
                   "gender (author, teacher) takes “their”.")
 UNSURE_BELOW = 0.2
-
-
-def is_builtin(lm) -> bool:
-    return lm is not None and str(getattr(lm, "spec", "")).startswith("builtin:")
 
 
 def prediction_caveats(a, lm) -> list:

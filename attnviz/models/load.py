@@ -126,6 +126,11 @@ class LoadedModel:
                         ok=self.check.ok, max_rel_err=self.check.max_rel_err, reason=self.check.reason))
 
 
+def is_builtin(lm) -> bool:
+    """True for a model loaded as builtin:NAME (one of the models in assets/models/)."""
+    return lm is not None and str(getattr(lm, "spec", "")).startswith("builtin:")
+
+
 def builtin_names() -> list:
     if not BUILTIN_DIR.is_dir():
         return []
