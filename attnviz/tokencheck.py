@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import functools
 import json
-
 import re
 import unicodedata
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Sequence
 
 MASK_RE = re.compile(r"\[mask\]", re.IGNORECASE)
