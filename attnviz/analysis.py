@@ -9,10 +9,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from .errors import LongInputWarning
+from .errors import InputError, LongInputWarning
 from .methods import METHODS
 from .methods import mixing as _mixing
-from .trace import DEFAULT_MAX_TOKENS, Trace, encode, trace as _trace, word_start_ids
+from .trace import DEFAULT_MAX_TOKENS, Trace, encode, single_token_id, trace as _trace, word_start_ids
 
 DEFAULT_METHODS = tuple(METHODS)
 
@@ -55,6 +55,10 @@ class Analysis:
     trace: Optional[Trace] = field(default=None, repr=False)
     after: str = ""  # causal models: the words after [MASK], not part of the input
     blank: bool = False  # causal models: the text had a [MASK]; the prediction is the word that goes there
+    # at a [MASK] blank: [(words, probabilities)] for each group of CHOICES whose words are all single
+    # tokens of the vocabulary (the verb's number, the possessive), so that agreement shows even when
+    # the top-k are other words
+    choices: list = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -83,6 +87,32 @@ def method_options(methods: Sequence[str], options: Optional[dict] = None) -> di
                     out[m].setdefault(k, v)
         else:
             raise ValueError(f"unknown option '{k}'; known: {sorted(declared)} (or a method name with a dict)")
+    return out
+
+
+CHOICES = (("is", "are"), ("was", "were"), ("has", "have"), ("his", "her", "their"))
+
+
+def choices_at(trace: Trace, groups=CHOICES) -> list:
+    """At a [MASK] blank (the mask token of a masked LM, or the word a causal model predicts there):
+    [(words, probabilities)] for each group whose words are all one token (the word-initial form on a
+    causal model, as for contrast words); [] elsewhere or without a token head."""
+    lm = trace.lm
+    enc = trace.enc
+    mask_id = getattr(lm.tokenizer, "mask_token_id", None)
+    at_mask = enc.blank or (mask_id is not None and int(enc.ids.reshape(-1)[enc.target]) == mask_id)
+    if not at_mask or lm.output_kind != "token":
+        return []
+    p = trace.output_probs()
+    if p is None:
+        return []
+    out = []
+    for words in groups:
+        try:
+            ids = [single_token_id(lm.tokenizer, w) for w in words]
+        except InputError:
+            continue
+        out.append((tuple(words), tuple(float(p[i]) for i in ids)))
     return out
 
 
@@ -186,4 +216,5 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     return Analysis(spec=lm.spec, text=enc.text, tokens=enc.tokens, special=enc.special, target=enc.target,
                     prediction=pred, output_kind=kind, maps=maps, mixing=mix,
                     trace_err=tr.max_rel_err, notes=notes, disabled=disabled, timings=timings,
-                    trace=tr if keep_trace else None, after=enc.after, blank=enc.blank)
+                    trace=tr if keep_trace else None, after=enc.after, blank=enc.blank,
+                    choices=choices_at(tr) if kind == "token" else [])

@@ -3,6 +3,7 @@ figures as PNG/SVG. No Streamlit.
 
 JSON layout (also the NPZ's "meta" entry, without the arrays):
   {"attnviz_version", "spec", "text", "tokens", "special", "target", "prediction": [[label, p]],
+   "choices": [[[word, ...], [p, ...]]] (is/are, was/were, has/have, his/her/their at a [MASK] blank),
    "output_kind", "notes", "disabled", "trace_err", "methods", "method_info": {name: {"label", "unit",
    "rows_sum_to_one", "reference"}},
    "maps": {name: {"layer": [L][n][n], "heads": [L][H][n][n] | null}}, "mixing": {name: [L][n]}}
@@ -30,6 +31,7 @@ def _meta(a) -> dict:
     return {"format": FORMAT, "attnviz_version": __version__, "spec": a.spec, "text": a.text,
             "tokens": list(map(str, a.tokens)), "special": [bool(s) for s in np.asarray(a.special)],
             "target": int(a.target), "prediction": [[str(t), float(p)] for t, p in a.prediction],
+            "choices": [[list(map(str, w)), [float(x) for x in p]] for w, p in getattr(a, "choices", [])],
             "output_kind": a.output_kind, "notes": list(map(str, a.notes)),
             "disabled": {str(k): str(v) for k, v in a.disabled.items()}, "trace_err": float(a.trace_err),
             "methods": list(a.maps), "method_info": _method_info(a.maps)}
@@ -123,6 +125,7 @@ def to_dict(a) -> dict:
     d = _meta(a)
     _nonfinite_meta(a, d)
     d["prediction"] = [[t, p if math.isfinite(p) else None] for t, p in d["prediction"]]
+    d["choices"] = [[w, [x if math.isfinite(x) else None for x in p]] for w, p in d["choices"]]
     d["trace_err"] = d["trace_err"] if math.isfinite(d["trace_err"]) else None
     d["maps"] = {name: {"layer": _listed(m.layer), "heads": None if m.heads is None else _listed(m.heads)}
                  for name, m in a.maps.items()}

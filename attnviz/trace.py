@@ -126,6 +126,27 @@ def word_start_ids(lm: LoadedModel) -> np.ndarray:
     return cache["word_starts"]
 
 
+def single_token_id(tokenizer, word: str) -> int:
+    """A word (a contrast word, a choice at a blank) -> one vocabulary id, preferring the word-initial form (" are" -> 'Ġare' on
+    byte-level BPE, '▁are' on SentencePiece; WordPiece gives 'are' either way), then the exact
+    vocabulary entry (e.g. '##s'), then the word as written."""
+    word = str(word).strip()
+    if not word:
+        raise InputError("a contrast word is empty")
+    unk = getattr(tokenizer, "unk_token_id", None)
+    ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1 and ids[0] != unk:
+        return int(ids[0])
+    tid = tokenizer.convert_tokens_to_ids(word)
+    if tid is not None and tid != unk and not isinstance(tid, list):
+        return int(tid)
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1 and ids[0] != unk:
+        return int(ids[0])
+    pieces = tokenizer.tokenize(" " + word)
+    raise InputError(f"'{word}' is not one token of this model's vocabulary (it splits into {pieces})")
+
+
 def predicted_id(lm: LoadedModel, enc: Encoded, logits: torch.Tensor) -> int:
     """The prediction at the target: the argmax of logits [V], over word-initial tokens when the text
     had a [MASK] blank on a causal model (the blank is a word, not punctuation)."""

@@ -606,3 +606,72 @@ def test_the_prediction_says_when_it_may_mean_little(app_spec, lm):
     notes = ui.prediction_caveats(SimpleNamespace(prediction=[("are", 0.15), ("is", 0.1)]), None)
     assert len(notes) == 1 and "0.15" in notes[0]
     assert ui.prediction_caveats(SimpleNamespace(prediction=[("are", 0.6)]), None) == []
+
+
+def test_the_blank_shows_the_agreement_words_with_the_models_own_probabilities(app_spec, lm):
+    """Explore names is/are (and the other groups) at a [MASK] with the probabilities of the model's own
+    softmax, even when the top-5 are other verbs; the ratio is the plain quotient of the two."""
+    import re
+
+    import torch
+
+    text = "the keys to the cabinet [MASK] on the table ."
+    at = new_app(app_spec, text=text).run()
+    no_exception(at)
+    enc = lm.tokenizer(text, return_tensors="pt")
+    pos = int((enc["input_ids"][0] == lm.tokenizer.mask_token_id).nonzero()[0, 0])
+    with torch.no_grad():
+        p = torch.softmax(lm.model(**enc).logits[0, pos].double(), -1)
+    ref = {w: float(p[lm.tokenizer.convert_tokens_to_ids(w)]) for w in ("is", "are", "was", "were", "has", "have")}
+    caps = [c.value for c in at.caption if "Agreement words at the blank" in c.value]
+    groups = sorted([("is", "are"), ("was", "were"), ("has", "have")], key=lambda g: -(ref[g[0]] + ref[g[1]]))
+    shown = [g for g in groups if ref[g[0]] + ref[g[1]] >= 1e-3][:2]
+    if not shown:  # a tiny random model may put almost nothing on these words
+        assert caps == []
+        return
+    assert len(caps) == 1
+    for a, b in shown:
+        hi, lo = (a, b) if ref[a] >= ref[b] else (b, a)
+        m = re.search(rf"\b{hi} ([0-9.e+-]+) vs {lo} ([0-9.e+-]+)", caps[0])
+        assert m, caps[0]
+        assert float(m.group(1)) == pytest.approx(ref[hi], rel=0.05, abs=5e-4)
+        assert float(m.group(2)) == pytest.approx(ref[lo], rel=0.05, abs=5e-4)
+        if ref[hi] / ref[lo] >= 10:
+            r = re.search(rf"\({hi} ([0-9,]+)× as likely as {lo}\)", caps[0])
+            assert r and int(r.group(1).replace(",", "")) == round(ref[hi] / ref[lo])
+    if app_spec == "builtin:agreement":  # the plural subject: 'are' over 'is'
+        assert ref["are"] > 10 * ref["is"] and "are " in caps[0].split("vs")[0]
+
+
+def test_faithfulness_suggests_the_verb_forms_as_contrast(app_spec, lm):
+    """Without a contrast the Faithfulness page names the two verb forms the model likes most at the
+    blank (their probabilities from the model's own softmax); with both words typed the tip is gone."""
+    import re
+
+    import torch
+
+    text = "the keys to the cabinet [MASK] on the table ."
+    at = new_app(app_spec, page="faithfulness", text=text, methods="attention").run()
+    no_exception(at)
+    enc = lm.tokenizer(text, return_tensors="pt")
+    pos = int((enc["input_ids"][0] == lm.tokenizer.mask_token_id).nonzero()[0, 0])
+    with torch.no_grad():
+        p = torch.softmax(lm.model(**enc).logits[0, pos].double(), -1)
+    groups = {g: [float(p[lm.tokenizer.convert_tokens_to_ids(w)]) for w in g]
+              for g in (("is", "are"), ("was", "were"), ("has", "have"), ("his", "her", "their"))}
+    groups = {g: v for g, v in groups.items() if sum(v) >= 1e-3}
+    tips = [c.value for c in at.caption if c.value.startswith("**Tip:**")]
+    if not groups:
+        assert tips == []
+        return
+    best, probs = max(groups.items(), key=lambda kv: sum(kv[1]))
+    hi, lo = sorted(range(len(best)), key=lambda k: -probs[k])[:2]
+    assert len(tips) == 1
+    m = re.search(r"type \*\*(\w+)\*\* and \*\*(\w+)\*\*", tips[0])
+    assert m and m.groups() == (best[hi], best[lo])
+    if app_spec == "builtin:agreement":
+        assert m.groups() == ("are", "is")
+    at.text_input(key="fa_correct").input(best[hi])
+    at.text_input(key="fa_wrong").input(best[lo]).run()
+    no_exception(at)
+    assert not [c.value for c in at.caption if c.value.startswith("**Tip:**")]

@@ -102,6 +102,12 @@ def test_mask_on_a_causal_model_predicts_the_word_that_goes_there(smol):
     # only word-initial tokens are ranked; the overall top next token ('.') is named in a note
     top = smol.tokenizer.convert_ids_to_tokens(int(ref.argmax()))
     assert top == "." and any("'.'" in n for n in a.notes)
+    # the agreement words at the blank, word-initial forms, with the same probabilities
+    choices = dict(a.choices)
+    for group, probs in choices.items():
+        for w, p in zip(group, probs):
+            assert p == pytest.approx(float(ref[smol.tokenizer.convert_tokens_to_ids("Ġ" + w)]), rel=1e-5)
+    assert choices[("is", "are")][1] > 5 * choices[("is", "are")][0]
     # the attention map covers exactly the prefix
     assert a.maps["attention"].layer.shape == (30, 5, 5)
 

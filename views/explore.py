@@ -35,8 +35,6 @@ with left:
         st.subheader(f"Prediction at {tgt_label}", anchor=False)
         st.plotly_chart(plots.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
         st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
-        for note in ui.prediction_caveats(a, ui.model()):
-            st.caption(note)
     else:
         st.subheader(f"Target: {tgt_label}", anchor=False)
         st.info("This model has no output head, so there is no prediction to show; the maps still show "
@@ -55,6 +53,11 @@ with right:
     st.selectbox("Row to explain (target position)", [ui.AUTO] + positions, key="target", persist_state="session", format_func=_fmt,
                  help="The position whose prediction and row are shown. Automatic: the [MASK] token if "
                       "there is one, else [CLS] for encoders and the last token for causal models.")
+    if a.prediction:  # what to know before trusting the prediction, beside it
+        if (words := ui.choices_caption(a)) is not None:
+            st.caption(words)
+        for note in ui.prediction_caveats(a, lm_):
+            st.caption(note)
     for note in a.notes:
         st.caption(ui.plain(note))
     for m, why in a.disabled.items():

@@ -90,6 +90,8 @@ if not methods or not baselines:
 a = ui.analysis(methods)
 if a is None:
     st.stop()
+if kind == "token" and contrast is None and (tip := ui.contrast_tip(a)) is not None:
+    st.caption(tip)
 
 
 @st.cache_data(show_spinner="Measuring token importance…", max_entries=32)

@@ -48,6 +48,8 @@ for col, an, name, typed in ((pa, a, "A", ss.pair_a), (pb, b, "B", ss.pair_b)):
         if an.prediction:
             st.plotly_chart(plots.prediction_bars(an.prediction), theme=None, key=f"pair_pred_{name.lower()}",
                             config={"displayModeBar": False})
+            if (words := ui.choices_caption(an)) is not None:
+                st.caption(words)
             for note in ui.prediction_caveats(an, None):  # the unsure note per sentence
                 st.caption(note)
         ui.show_token_strip(an, lm, key=f"pair_strip_{name.lower()}", typed=typed)

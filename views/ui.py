@@ -18,7 +18,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 import attnviz
-from attnviz import METHODS, InputError, ModelLoadError, schedule
+from attnviz import METHODS, InputError, ModelLoadError, plots, schedule
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
 
 
@@ -345,10 +345,11 @@ def model():
     return lm
 
 
-BUILTIN_CAVEAT = ("**Built-in model:** a small model trained here for two tasks only, the verb's number and the "
-                  "possessive (his/her/its/their) at a [MASK] (see the Model page), so its prediction means "
-                  "something at such a blank, not elsewhere. In its training grammar a person noun without a "
-                  "gender (author, teacher) takes “their”.")
+BUILTIN_CAVEAT = ("**Built-in model:** a small model (6 layers) trained here on a little real English and "
+                  "above all for two tasks, the verb's number and the possessive (his/her/its/their) at a "
+                  "[MASK] (see the Model page), so its prediction means most at such a blank; elsewhere it "
+                  "is a weak guesser. In its training grammar a person noun without a gender (author, "
+                  "teacher) takes “their”.")
 UNSURE_BELOW = 0.2
 
 
@@ -362,6 +363,46 @@ def prediction_caveats(a, lm) -> list:
         out.append(f"**The model is unsure:** its top answer has probability {a.prediction[0][1]:.2f} (under "
                    f"{UNSURE_BELOW:.1f}); read the maps as how it arrives at an uncertain guess.")
     return out
+
+
+def _p(x: float) -> str:
+    return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
+
+
+def choices_caption(a, min_total: float = 1e-3, most: int = 2) -> Optional[str]:
+    """The agreement and pronoun words at a [MASK] blank (Analysis.choices), most likely group first,
+    e.g. "are 0.020 vs is 1.5e-04 (are 133× as likely)"; None when no group reaches min_total."""
+    groups = sorted((g for g in getattr(a, "choices", []) or [] if sum(g[1]) >= min_total),
+                    key=lambda g: -sum(g[1]))[:most]
+    if not groups:
+        return None
+    parts = []
+    for words, probs in groups:
+        order = sorted(range(len(words)), key=lambda k: -probs[k])
+        first, second = order[0], order[1]
+        text = " vs ".join(f"{words[k]} {_p(probs[k])}" for k in order)
+        ratio = probs[first] / probs[second] if probs[second] > 0 else float("inf")
+        if ratio >= 1.05:
+            text += f" ({words[first]} {ratio:,.0f}× as likely as {words[second]})" if ratio >= 10 else \
+                f" ({words[first]} {ratio:.1f}× as likely as {words[second]})"
+        parts.append(text)
+    return ("**Agreement words at the blank:** " + "; ".join(parts)
+            + ". The model's own probabilities, in its top list or not.")
+
+
+def contrast_tip(a, min_total: float = 1e-3) -> Optional[str]:
+    """Faithfulness without a contrast: how to test the verb's number (or the pronoun) instead of
+    p(the top prediction), naming the two forms the model likes most at this blank; None elsewhere."""
+    groups = [g for g in getattr(a, "choices", []) or [] if sum(g[1]) >= min_total]
+    if not groups:
+        return None
+    words, probs = max(groups, key=lambda g: sum(g[1]))
+    order = sorted(range(len(words)), key=lambda k: -probs[k])
+    hi, lo = order[0], order[1]
+    top = plots.readable_token(a.prediction[0][0]) if a.prediction else "?"
+    return (f"**Tip:** the target is now p('{top}'). To test agreement, type **{words[hi]}** and "
+            f"**{words[lo]}** as the correct and wrong words (the model gives them {_p(probs[hi])} and "
+            f"{_p(probs[lo])} here; which one is grammatical is for you to say, swap them if needed).")
 
 
 def page(title: str, caption: str):

@@ -41,6 +41,7 @@ from ..errors import InputError
 from ..linear import quadrature
 from ..plots import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
+from ..trace import single_token_id as _single_token_id
 
 DEFAULT_IG_STEPS = 32
 IG_MAX_STEPS = 256
@@ -93,27 +94,6 @@ def blank_token(tokenizer) -> tuple:
         if t is not None and tid is not None:
             return int(tid), str(t), which
     raise InputError("this tokenizer has no unknown, mask or pad token to blank tokens out with")
-
-
-def _single_token_id(tokenizer, word: str) -> int:
-    """A contrast word -> one vocabulary id, preferring the word-initial form (" are" -> 'Ġare' on
-    byte-level BPE, '▁are' on SentencePiece; WordPiece gives 'are' either way), then the exact
-    vocabulary entry (e.g. '##s'), then the word as written."""
-    word = str(word).strip()
-    if not word:
-        raise InputError("a contrast word is empty")
-    unk = getattr(tokenizer, "unk_token_id", None)
-    ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-    if len(ids) == 1 and ids[0] != unk:
-        return int(ids[0])
-    tid = tokenizer.convert_tokens_to_ids(word)
-    if tid is not None and tid != unk and not isinstance(tid, list):
-        return int(tid)
-    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
-    if len(ids) == 1 and ids[0] != unk:
-        return int(ids[0])
-    pieces = tokenizer.tokenize(" " + word)
-    raise InputError(f"'{word}' is not one token of this model's vocabulary (it splits into {pieces})")
 
 
 def _label_id(config, name) -> int:
