@@ -32,7 +32,9 @@ with left:
     tgt_label = plots.token_labels(a.tokens)[a.target]
     if a.prediction:
         what = "class" if a.output_kind == "sequence" else "token"
-        st.subheader(f"Prediction at {tgt_label}", anchor=False)
+        st.subheader("Prediction for the blank" if a.blank else f"Prediction at {tgt_label}", anchor=False,
+                     help=f"Read at {tgt_label}, the last word before the blank: a causal model predicts "
+                          "the next word from the words before it." if a.blank else None)
         st.plotly_chart(plots.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
         st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
     else:
