@@ -272,6 +272,19 @@ def test_model_page_facts_and_hub_error(app_spec, lm):
     for k in ("layers", "heads", "hidden", "parameters", "task", "family"):
         assert facts[k] == str(d[k])
     assert at.success and "Self-check passed" in at.success[0].value
+    # the model folder's README.md (a built-in model's card with its accuracy tables), front matter cut
+    readme = Path(str(d["source"])) / "README.md"
+    cards = [e for e in at.expander if e.label.startswith("Model card")]
+    if readme.is_file():
+        assert len(cards) == 1
+        shown = cards[0].markdown[0].value
+        body = readme.read_text(encoding="utf-8").split("\n---", 1)[1].lstrip("-").strip()
+        assert not shown.startswith("---") and "license:" not in shown
+        # the same text, headings two levels down (inside the page, not above it)
+        assert shown.replace("\n###", "\n#").removeprefix("##") == body
+        assert shown.startswith("### attnviz built-in model") or not app_spec.startswith("builtin:")
+    else:
+        assert cards == []
     at.radio(key="model_kind").set_value("hub").run()
     at.text_input(key="model_hub").input("someone/some-model").run()
     at.button(key="model_load").click().run()

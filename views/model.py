@@ -84,6 +84,10 @@ if lm is not None:
                    icon=":material/check_circle:")
     else:
         st.error(ui.plain(lm.disabled_reason), icon=":material/error:")
+    card = ui.model_card(d.get("source"))
+    if card:
+        with st.expander("Model card: training data, accuracy, limitations (README.md in the model's folder)"):
+            st.markdown(card)
     for note in lm.load_notes:
         st.caption(ui.plain(note))
     if lm.arch is not None and lm.arch.notes:

@@ -405,6 +405,32 @@ def contrast_tip(a, min_total: float = 1e-3) -> Optional[str]:
             f"{_p(probs[lo])} here; which one is grammatical is for you to say, swap them if needed).")
 
 
+def model_card(source) -> Optional[str]:
+    """The README.md of a model folder (a built-in model's card: its data, accuracy tables and
+    limitations), without its YAML front matter; None when there is none."""
+    from pathlib import Path
+
+    try:
+        path = Path(str(source)) / "README.md"
+        text = path.read_text(encoding="utf-8") if source and path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text:
+        return None
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        if end >= 0:
+            text = text[end + 4:]
+    lines, fenced = [], False
+    for line in text.strip().splitlines():  # headings two levels down: the card sits inside a page
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,4} ", line):
+            line = "##" + line
+        lines.append(line)
+    return "\n".join(lines) or None
+
+
 def page(title: str, caption: str):
     """A page's title and explanation, then its model: the LoadedModel, or the page stops after the
     one-line reason it could not be loaded."""
