@@ -688,3 +688,32 @@ def test_faithfulness_suggests_the_verb_forms_as_contrast(app_spec, lm):
     at.text_input(key="fa_wrong").input(best[lo]).run()
     no_exception(at)
     assert not [c.value for c in at.caption if c.value.startswith("**Tip:**")]
+
+
+def test_faithfulness_says_its_estimate_and_waits_when_long(app_spec, lm):
+    """Over ASK_SECONDS the importance baselines wait for a button that names the estimate; after the
+    click the page shows the same importance as attnviz.faithfulness.importance on the text."""
+    from views import ui
+
+    from attnviz import faithfulness as F
+
+    old = ui.ASK_SECONDS
+    ui.ASK_SECONDS = 0.0
+    ui._progress_cache.clear()
+    try:
+        text = "the keys to the cabinet [MASK] on the table ."
+        at = new_app(app_spec, page="faithfulness", text=text, methods="attention").run()
+        no_exception(at)
+        assert any("would take about" in w.value and "token importance" in w.value for w in at.warning)
+        btn = next(b for b in at.button if b.key and b.key.startswith("ask_go_importance_"))
+        assert "Compute the token importance (about" in btn.label
+        btn.click().run()
+        no_exception(at)
+        assert not any("would take about" in w.value and "token importance" in w.value for w in at.warning)
+        bars = chart(at, "fa_bars")["data"]
+        imp = F.importance(lm, text, baselines=list(F.BASELINES), ig_tol=0.01)
+        got = np.asarray(arr(bars[0]["y"]), dtype=float)
+        want = imp.values["blank_out"][imp.positions]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
+    finally:
+        ui.ASK_SECONDS = old

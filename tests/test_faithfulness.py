@@ -468,3 +468,28 @@ def test_every_importance_panel_names_its_tokens():
         axis = fig.layout["xaxis" + ("" if k == 0 else str(k + 1))]
         assert axis.showticklabels is True
     np.testing.assert_allclose(fig.data[2].y, [6.0, 7.0])  # layer 2's row at positions 1, 2
+
+
+def test_progress_moves_within_each_baseline_and_changes_nothing(make_tiny):
+    """progress(stage, f) is reported after every batch inside blank-out, leave-one-out and integrated
+    gradients (80 steps: two batches of 64), never goes back, ends at 1, and the values are those of
+    the same call without progress."""
+    lm = make_tiny("bert")
+    text = " ".join(["the keys to the cabinet near the doors"] * 7) + " [MASK] ."
+    enc = encode(lm, text)  # the tiny model's limit is 64 positions: 60 tokens, one batch each
+    assert 40 < len(enc.tokens) <= 64
+    seen = []
+    imp = F.importance(lm, enc, ig_steps=80, progress=lambda s, f: seen.append((s, f)))
+    plain = F.importance(lm, enc, ig_steps=80)
+    fr = [f for _, f in seen]
+    assert fr == sorted(fr) and fr[-1] == 1.0 and fr[0] == 0.0
+    per_stage = {s: sum(1 for x, _ in seen if x == s) for s in F.BASELINES}
+    for b in ("blank_out", "leave_one_out"):  # its start, then one report per batch
+        assert per_stage[b] >= 2, (b, per_stage)
+    assert per_stage["integrated_gradients"] >= 3, per_stage  # its start, then two batches of steps
+    for b in F.BASELINES:
+        np.testing.assert_array_equal(imp.values[b], plain.values[b])
+    # the estimate counts the forward passes: blank-out n + 1, leave-one-out n, gradients 3, IG 3·steps + 2, + 1
+    n = len(enc.tokens)
+    assert F.estimate_seconds(n, list(F.BASELINES), 1.0, 80) == pytest.approx(1 + (n + 1) + n + 3 + 3 * 80 + 2)
+    assert F.estimate_seconds(n, ["blank_out"], 0.5, 80) == pytest.approx(0.5 * (1 + n + 1))

@@ -5,6 +5,8 @@ table of rank correlations. Below: the corpus study on the built-in evaluation s
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -94,26 +96,37 @@ if kind == "token" and contrast is None and (tip := ui.contrast_tip(a)) is not N
     st.caption(tip)
 
 
-@st.cache_data(show_spinner="Measuring token importance…", max_entries=32)
-def _score(spec: str, text: str, target: int, methods: tuple, baselines: tuple, contrast, ig_steps: int,
-           include_target: bool, _lm, _a):
+def _score(lm, a, methods: tuple, baselines: tuple, contrast, ig_steps: int, include_target: bool, progress):
     import time
 
     t0 = time.perf_counter()
-    r = F.score_sentence(_lm, text, methods=list(methods), baselines=list(baselines), contrast=contrast,
-                         ig_steps=ig_steps, include_target=include_target, analysis=_a, max_tokens=ui.cap(),
-                         ig_tol=IG_TOL)
+    r = F.score_sentence(lm, a.text, methods=list(methods), baselines=list(baselines), contrast=contrast,
+                         ig_steps=ig_steps, include_target=include_target, analysis=a, max_tokens=ui.cap(),
+                         ig_tol=IG_TOL,
+                         progress=lambda s, f: progress(F.baseline_label(s) if s in F.BASELINES else s, f))
     # one sentence of the study = its analysis (maps) + this scoring: both measured here
-    seconds = time.perf_counter() - t0 + float(sum(_a.timings.values()))
+    seconds = time.perf_counter() - t0 + float(sum(a.timings.values()))
     return r.importance, r.correlations, r.notes, seconds
 
 
-try:
-    imp, corr, notes, sentence_seconds = _score(lm.spec, a.text, a.target, tuple(m for m in methods if m in a.maps), tuple(baselines),
-                              contrast, int(ig_steps), bool(include_target), lm, a)
-except (InputError, AttnvizError) as e:
-    ui.show_error(e)
-    st.stop()
+# the importance baselines run the model about 2n + 3·steps times: on a long text and a large model that
+# is minutes, so the estimate comes first (a button over ui.ASK_SECONDS), then a progress bar and Cancel
+_maps = tuple(m for m in methods if m in a.maps)
+_key = ("faithfulness", lm.spec, a.text, a.target, _maps, tuple(baselines), contrast, int(ig_steps),
+        bool(include_target), ui.cap())
+_res = ui.cached_result(_key)
+if _res is None:
+    _est = F.estimate_seconds(len(a.tokens), baselines, a.timings.get("trace", 0.0) / 2, int(ig_steps))
+    _job = ui.Job(_key, ("importance",), _est, "the token importance",
+                  lambda ck: ui.with_progress(_key, lambda progress: _score(lm, a, _maps, tuple(baselines), contrast,
+                                                                            int(ig_steps), bool(include_target),
+                                                                            progress),
+                                              f"Measuring token importance (estimated {ui.secs(_est)})", ck))
+    ui.run_jobs(SimpleNamespace(pending=[_job], tokens=a.tokens))
+    _res = ui.cached_result(_key)
+    if _res is None:  # asked for, cancelled or failed: the page says which above
+        st.stop()
+imp, corr, notes, sentence_seconds = _res
 
 labels = figures.token_labels(imp.tokens)
 st.info(f"Target quantity: {ui.plain(imp.target.label)} = {imp.f0:.4g} on this sentence.", icon=":material/target:")

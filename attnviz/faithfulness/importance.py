@@ -212,8 +212,9 @@ def attributed_positions(enc: Encoded, include_target: bool = False) -> np.ndarr
     return pos
 
 
-def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None):
-    """-> (signed Δf [len(positions)], f0, blank token). Variants batched: row 0 is the unperturbed text."""
+def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None, tick=None):
+    """-> (signed Δf [len(positions)], f0, blank token). Variants batched: row 0 is the unperturbed text.
+    tick(fraction done), if given, after every batch."""
     bid, btok, _ = blank_token(lm.tokenizer)
     positions = list(positions)
     out_vals = []
@@ -230,11 +231,14 @@ def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hi
         if f0 is None:
             f0 = float(v[0])
         out_vals.append((v[1:] - v[0]).cpu().numpy())
+        if tick:
+            tick(min(1.0, (s + len(part)) / len(positions)))
     return np.concatenate(out_vals), f0, btok
 
 
-def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None, f0=None):
-    """-> signed Δf [len(positions)] (NaN at the target position itself); one batched forward."""
+def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None, f0=None, tick=None):
+    """-> signed Δf [len(positions)] (NaN at the target position itself); batched forwards, tick(fraction
+    done) after each batch if given."""
     ids = enc.ids[0]
     n = ids.shape[0]
     t = target.position
@@ -260,6 +264,8 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
             v = _value(lm, target, out, tpos, ref_hidden).cpu().numpy()
             for r, (k, _) in enumerate(part):
                 res[k] = v[r] - f0
+            if tick:
+                tick(min(1.0, (s + len(part)) / len(todo)))
     return res
 
 
@@ -302,8 +308,9 @@ def jacobian_norms(lm, enc: Encoded, position: int) -> tuple:
 
 
 def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[int], steps: int = DEFAULT_IG_STEPS,
-                         ref_hidden=None) -> tuple:
+                         ref_hidden=None, tick=None) -> tuple:
     """-> (IG [n] (0 off `positions`), info dict with f(e), f(e'), Σ IG, completeness errors).
+    tick(fraction of the steps done), if given, after every batch of steps.
 
     Zero word-embedding baseline on `positions`; Gauss-Legendre quadrature with `steps` nodes on [0, 1].
     """
@@ -330,6 +337,8 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
             f = _value(lm, target, _forward(lm, embeds=x), t, ref_hidden)
             (g,) = torch.autograd.grad((f * w[s:s + _CHUNK]).sum(), x)
         gsum += g.double().sum(0)
+        if tick:
+            tick(min(1.0, (s + len(a)) / steps))
     ig = (diff.double() * gsum).sum(-1)
     with torch.no_grad():
         ends = _value(lm, target, _forward(lm, embeds=torch.stack([e, base])), t, ref_hidden)
@@ -370,10 +379,11 @@ class Context:
     ig: dict = field(default_factory=dict)
     blank: Optional[str] = None
     cache: dict = field(default_factory=dict)
+    tick: Optional[Callable[[float], None]] = None  # progress within the baseline being computed (0..1)
 
 
 def _blank_out(ctx: Context):
-    d, _, btok = blank_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref)
+    d, _, btok = blank_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref, tick=ctx.tick)
     ctx.blank = btok
     bid, _, which = blank_token(ctx.lm.tokenizer)
     tk = ctx.lm.tokenizer
@@ -391,7 +401,7 @@ def _blank_out(ctx: Context):
 def _leave_one_out(ctx: Context):
     if ctx.target.position in set(int(p) for p in ctx.positions):
         ctx.notes.append("leave-one-out cannot delete the target position itself: it is left out there")
-    return leave_one_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref, ctx.f0), True
+    return leave_one_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref, ctx.f0, tick=ctx.tick), True
 
 
 def _grads(ctx: Context):
@@ -419,7 +429,8 @@ def _input_x_grad(ctx: Context):
 def _integrated_gradients(ctx: Context):
     steps, tried = int(ctx.ig_steps), []
     while True:
-        ig, info = integrated_gradients(ctx.lm, ctx.enc, ctx.target, ctx.positions, steps, ctx.ref)
+        # each doubling is a new pass: the bar goes to the end of each one (its length is not known before)
+        ig, info = integrated_gradients(ctx.lm, ctx.enc, ctx.target, ctx.positions, steps, ctx.ref, tick=ctx.tick)
         tried.append(steps)
         if ctx.ig_tol is None or info["completeness_rel"] <= ctx.ig_tol or steps * 2 > ctx.ig_max_steps:
             break
@@ -446,6 +457,19 @@ BASELINES = {b.name: b for b in (
     BaselineInfo(name="integrated_gradients", label="Integrated gradients", compute=_integrated_gradients,
                  gradient=True, summary="|IG_j| from the zero word embedding, Gauss-Legendre quadrature"),
 )}
+
+
+def estimate_seconds(n_tokens: int, baselines: Sequence[str], forward_seconds: float,
+                     ig_steps: int = DEFAULT_IG_STEPS) -> float:
+    """Rough seconds for importance() on n_tokens, in forward passes of the sentence (forward_seconds
+    each, e.g. half the analysis' trace time): blank-out n + 1 rows, leave-one-out n, the gradient
+    baselines one forward and backward (~3 forwards, shared), integrated gradients ~3 per step (its
+    adaptive doubling can take more), plus the unperturbed forward."""
+    units = 1.0
+    b = set(baselines)
+    units += (n_tokens + 1) * ("blank_out" in b) + n_tokens * ("leave_one_out" in b)
+    units += 3.0 * bool(b & {"grad_norm", "input_x_grad"}) + (3.0 * ig_steps + 2) * ("integrated_gradients" in b)
+    return units * max(float(forward_seconds), 0.0)
 
 
 def baseline_label(name: str) -> str:
@@ -493,6 +517,7 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
     for k, b in enumerate(baselines):
         if progress:
             progress(b, k / len(baselines))
+            ctx.tick = (lambda f, b=b, k=k: progress(b, (k + f) / len(baselines)))
         t = time.perf_counter()
         vec, sign = BASELINES[b].compute(ctx)
         put(b, vec, sign)
