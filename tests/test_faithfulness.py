@@ -493,3 +493,5 @@ def test_progress_moves_within_each_baseline_and_changes_nothing(make_tiny):
     n = len(enc.tokens)
     assert F.estimate_seconds(n, list(F.BASELINES), 1.0, 80) == pytest.approx(1 + (n + 1) + n + 3 + 3 * 80 + 2)
     assert F.estimate_seconds(n, ["blank_out"], 0.5, 80) == pytest.approx(0.5 * (1 + n + 1))
+    # the adaptive steps' worst case: 32, 64, 128, 256 run in turn
+    assert F.estimate_seconds(n, ["integrated_gradients"], 1.0, 32, 256) == pytest.approx(1 + 3 * 480 + 2 * 4)

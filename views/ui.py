@@ -528,8 +528,9 @@ class Job:
     """A long computation of a view, run after the cheap maps are drawn: key (its cache key and the key of
     its buttons), what it computes (method names), the estimate, and run(cancel_key) -> its result."""
 
-    def __init__(self, key: tuple, methods: tuple, est: float, label: str, run):
+    def __init__(self, key: tuple, methods: tuple, est: float, label: str, run, note: str = ""):
         self.key, self.methods, self.est, self.label, self.run = key, methods, est, label, run
+        self.note = note  # said after the estimate (e.g. its worst case)
         self.slug = "_".join(methods) or "mixing"  # in the buttons' keys
 
 
@@ -578,7 +579,7 @@ def run_jobs(a, where=None) -> bool:
                 continue
             if job.est > ASK_SECONDS and job.key not in ss.get("_asked", set()):
                 st.warning(f"Computing {plain(job.label)} for {len(a.tokens)} tokens would take about "
-                           f"{secs(job.est)}. It is left out until you ask for it.", icon=":material/hourglass:")
+                           f"{secs(job.est)}{job.note}. It is left out until you ask for it.", icon=":material/hourglass:")
                 st.button(f"Compute {job.label} (about {secs(job.est)})", key=f"ask_go_{job.slug}_{abs(hash(job.key))}",
                           on_click=_confirm, args=(job.key,))
                 continue

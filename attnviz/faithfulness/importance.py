@@ -460,15 +460,22 @@ BASELINES = {b.name: b for b in (
 
 
 def estimate_seconds(n_tokens: int, baselines: Sequence[str], forward_seconds: float,
-                     ig_steps: int = DEFAULT_IG_STEPS) -> float:
+                     ig_steps: int = DEFAULT_IG_STEPS, ig_max_steps: Optional[int] = None) -> float:
     """Rough seconds for importance() on n_tokens, in forward passes of the sentence (forward_seconds
     each, e.g. half the analysis' trace time): blank-out n + 1 rows, leave-one-out n, the gradient
-    baselines one forward and backward (~3 forwards, shared), integrated gradients ~3 per step (its
-    adaptive doubling can take more), plus the unperturbed forward."""
+    baselines one forward and backward (~3 forwards, shared), integrated gradients ~3 per step, plus
+    the unperturbed forward. ig_max_steps: the worst case of the adaptive steps (ig_tol), every
+    doubling from ig_steps up to ig_max_steps run in turn."""
+    steps = int(ig_steps)
+    total, passes = steps, 1
+    while ig_max_steps is not None and steps * 2 <= ig_max_steps:
+        steps *= 2
+        total, passes = total + steps, passes + 1
     units = 1.0
     b = set(baselines)
     units += (n_tokens + 1) * ("blank_out" in b) + n_tokens * ("leave_one_out" in b)
-    units += 3.0 * bool(b & {"grad_norm", "input_x_grad"}) + (3.0 * ig_steps + 2) * ("integrated_gradients" in b)
+    units += 3.0 * bool(b & {"grad_norm", "input_x_grad"})
+    units += (3.0 * total + 2.0 * passes) * ("integrated_gradients" in b)
     return units * max(float(forward_seconds), 0.0)
 
 
