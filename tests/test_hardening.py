@@ -32,6 +32,13 @@ AGREEMENT = ROOT / "assets" / "models" / "agreement"
 needs_agreement = pytest.mark.skipif(not (AGREEMENT / "config.json").is_file(), reason="builtin:agreement not built")
 
 
+def _sigint_as_in_a_terminal():
+    """preexec_fn: Ctrl-C's default action in the child. A suite started as a background job of a
+    non-interactive shell (`... &`) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: the Ctrl-C tests would test nothing (and fail)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(**kw) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
@@ -422,7 +429,7 @@ sys.exit(main(sys.argv[1:]))
 def test_ctrl_c_during_model_load_is_quiet(tiny_folder, tmp_path):
     r = subprocess.run([sys.executable, "-c", _SIGINT_IN_LOAD, "analyze", "--model", str(tiny_folder), "--text",
                         SENTENCE, "--out", str(tmp_path / "a.json")], capture_output=True, timeout=120, env=_env(),
-                       cwd=ROOT)
+                       cwd=ROOT, preexec_fn=_sigint_as_in_a_terminal)
     err = r.stderr.decode()
     assert r.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
@@ -448,7 +455,8 @@ def test_ctrl_c_anywhere_in_the_cli_is_quiet(tiny_folder, tmp_path):
         ready = tmp_path / f"ready{k}"
         p = subprocess.Popen([sys.executable, "-c", _READY_THEN_MAIN, str(ready), "analyze", "--model",
                               str(tiny_folder), "--text", SENTENCE, "--out", str(tmp_path / f"a{k}.json"),
-                              "--faithfulness"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+                              "--faithfulness"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=ROOT,
+                             preexec_fn=_sigint_as_in_a_terminal)
         procs.append(dict(p=p, delay=delay, ready=ready, at=None, done=False))
     deadline = time.perf_counter() + 120
     while not all(e["done"] for e in procs) and time.perf_counter() < deadline:
