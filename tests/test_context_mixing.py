@@ -187,3 +187,26 @@ def test_context_mixing_page(minilm):
     row = table[table["method"] == "AttnResLn-N"].iloc[0]
     assert row["BERT-base, Kobayashi et al. 2021 (%)"] == 18.8
     assert abs(row["mean ratio (%)"] - round(100 * (sums["AttnResLn-N"] / count).mean(), 1)) < 1e-9
+
+
+def test_context_mixing_page_says_its_estimate_and_waits_when_long(minilm):
+    """Over ASK_SECONDS the split waits for a button that names the estimate; after the click the page
+    draws the same ratios as the library on the text."""
+    from views import ui
+
+    old = ui.ASK_SECONDS
+    ui.ASK_SECONDS = 0.0
+    ui._progress_cache.clear()
+    try:
+        at = open_app_page("context_mixing", "pkg:minilm", SENTENCE)
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("would take about" in w.value and "per-source parts" in w.value.replace("\\", "") for w in at.warning)
+        assert "sentence_lines" not in _charts(at)
+        btn = next(b for b in at.button if b.key and b.key.startswith("ask_go_context_mixing_"))
+        btn.click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        lines = {t["name"]: t for t in _charts(at)["sentence_lines"]["data"]}
+        rat = dict(atb_ff.ratios(trace(minilm, SENTENCE)))
+        assert np.allclose(_arr(lines["AtbFfResLn-N"]["y"]), 100 * rat["AtbFfResLn-N"].mean(1), atol=1e-9)
+    finally:
+        ui.ASK_SECONDS = old

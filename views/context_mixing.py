@@ -3,11 +3,13 @@ layer, for the attention block (Kobayashi et al. 2021) and the whole layer with 
 (Kobayashi et al. 2024); for the sentence and for the built-in corpus of ordinary sentences."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from attnviz import context, plots
+from attnviz import context, plots, schedule
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
 from views import ui
@@ -49,10 +51,23 @@ with c2:
 
 
 def _sentence(spec: str, text: str, cap: int, steps: int, lm):
-    return ui.with_progress(("context_mixing", spec, text, cap, steps),
-                            lambda progress: context.sentence_mixing(lm, text, target=None, max_tokens=cap,
-                                                                     steps=steps, progress=progress),
-                            "Splitting every layer into per-source parts")
+    """The sentence's SentenceMixing, or None (the page says why: asked for, cancelled, failed). The
+    FFN split costs n² FFN parts a layer: its estimate comes first (a button over ui.ASK_SECONDS),
+    then a progress bar and Cancel."""
+    key = ("context_mixing", spec, text, cap, steps)
+    got = ui.cached_result(key)
+    if got is not None:
+        return got
+    a0 = ui.analysis(["attention"])  # cheap and cached: the tokens and the trace's time on this text
+    if a0 is None:
+        return None
+    est = schedule.rough_seconds([context.BEFORE, context.AFTER], len(a0.tokens), a0.timings.get("trace", 0.1))
+    what = f"Splitting every layer into per-source parts (estimated {ui.secs(est)})"
+    job = ui.Job(key, ("context_mixing",), est, "the split of every layer into per-source parts",
+                 lambda ck: ui.with_progress(key, lambda progress: context.sentence_mixing(
+                     lm, text, target=None, max_tokens=cap, steps=steps, progress=progress), what, ck))
+    ui.run_jobs(SimpleNamespace(pending=[job], tokens=a0.tokens))
+    return ui.cached_result(key)
 
 
 @st.cache_resource
@@ -99,10 +114,8 @@ def _means(ratios: dict, keep: np.ndarray) -> dict:
 
 
 # ---------------------------------------------------------------------------------- the sentence
-try:
-    sm = _sentence(ui.spec(), ui.text(), ui.cap(), steps, lm)
-except InputError as e:
-    ui.show_error(e)
+sm = _sentence(ui.spec(), ui.text(), ui.cap(), steps, lm)
+if sm is None:
     st.stop()
 
 labels = plots.token_labels(sm.tokens)
