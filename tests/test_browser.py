@@ -515,13 +515,14 @@ def test_adversarial_demo(server, browser, spec):
             page.locator(f"{g} .slider-rail-rect").first.scroll_into_view_if_needed(timeout=5_000)
             h = page.locator(f"{g} .slider-grip-rect").first.bounding_box()  # the first slider: attention change
             rail = page.locator(f"{g} .slider-rail-rect").first.bounding_box()
+            # read in the same attempt: a redraw between the two reads leaves a chart without its layout yet
+            shape0 = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
         except PlaywrightError:
             h = rail = None
         if h is not None and rail is not None:
             break
     assert h is not None and rail is not None, "the chart's slider never stayed on the page"
     y = rail["y"] + rail["height"] / 2
-    shape0 = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
     # drag towards the low end: every frontier starts at JSD 0, so a smaller attention-change target
     # always has its own point (a larger one may lie beyond the frontier's reach for a short search)
     page.mouse.move(h["x"] + h["width"] / 2, y)
