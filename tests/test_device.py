@@ -111,3 +111,25 @@ def test_importance_on_cuda_equals_cpu(tokenizer, family):
     a, b = importance(lm_cpu, SENTENCE), importance(lm_gpu, SENTENCE)
     for k in a.values:
         np.testing.assert_allclose(b.values[k], a.values[k], rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_adversarial_frontier_on_cuda_equals_cpu(tokenizer, family):
+    """The adversarial search on a GPU model: the same random starts (drawn on the CPU), so its points
+    equal the CPU search's to float32 tolerance, and every array comes back as numpy."""
+    from attnviz import adversarial as A
+    cls, cfg = tiny_configs(tokenizer.vocab_size)[family]
+    torch.manual_seed(0)
+    lm_cpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer)
+    torch.manual_seed(0)
+    lm_gpu = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, device="cuda")
+    site = A.Site("head", 1, 0)
+    a = A.frontier(lm_cpu, SENTENCE, site, lambdas=[0.0, 1.0], steps=20, restarts=3, permutations=5)
+    b = A.frontier(lm_gpu, SENTENCE, site, lambdas=[0.0, 1.0], steps=20, restarts=3, permutations=5)
+    for k in ("jsd", "tvd", "perm_jsd", "perm_tvd"):
+        assert isinstance(getattr(b, k), np.ndarray)
+        np.testing.assert_allclose(getattr(b, k), getattr(a, k), rtol=1e-3, atol=1e-5, err_msg=k)
+    jw_a = A.jain_wallace(lm_cpu, SENTENCE, site, steps=10, k=2)
+    jw_b = A.jain_wallace(lm_gpu, SENTENCE, site, steps=10, k=2)
+    np.testing.assert_allclose(jw_b.tvd, jw_a.tvd, rtol=1e-3, atol=1e-5)

@@ -53,7 +53,7 @@ def _general(pb: Problem, groups: dict) -> torch.Tensor:
     row = fz[s].rows(pb.x, t, rope, groups.get(s), kv=pb.cache["kv_start"])  # [B, 1, d]
     if s == L - 1 and token:
         return row_output_probs(pb.lm, row)
-    is_t = torch.zeros(1, pb.n, 1, dtype=torch.bool)
+    is_t = torch.zeros(1, pb.n, 1, dtype=torch.bool, device=pb.x.device)
     is_t[0, t, 0] = True
     x = torch.where(is_t, row, pb.out_start)  # [B, n, d]: the unmodified output with row t replaced
     last = L - 1 if token else L

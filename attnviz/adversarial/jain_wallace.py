@@ -30,7 +30,8 @@ def jain_wallace(lm, text, site: Site, eps: float = JW_EPS, accept: float = JW_A
     pb = prepare(lm, text, site, target, dtype, max_tokens)
     R, m = pb.alpha0.shape[0], int(pb.allowed.sum())
     gen = torch.Generator().manual_seed(seed)
-    theta = (math.log(1.0 / m) + init_noise * torch.randn(k, R, m, generator=gen, dtype=dtype)).requires_grad_(True)
+    noise = torch.randn(k, R, m, generator=gen, dtype=dtype).to(pb.x.device)  # drawn on the CPU: the same on every device
+    theta = (math.log(1.0 / m) + init_noise * noise).requires_grad_(True)
     opt = torch.optim.Adam([theta], lr=lr, amsgrad=True)
     with torch.inference_mode(False), torch.enable_grad():
         for s in range(steps):
@@ -47,11 +48,11 @@ def jain_wallace(lm, text, site: Site, eps: float = JW_EPS, accept: float = JW_A
         with torch.no_grad():
             alpha = pb.softmax_rows(theta)
             j, t, probs = pb.distances(alpha)
-    jv, tv = j.numpy(), t.numpy()
+    jv, tv = j.cpu().numpy(), t.cpu().numpy()
     acc = tv <= accept
     best = int(np.argmax(np.where(acc, jv, -1.0))) if acc.any() else -1
     ti, tp = _topk(probs, top_k, pb)
-    return JWResult(site=site, eps=eps, accept=accept, alpha=alpha.float().numpy(), jsd=jv, tvd=tv,
+    return JWResult(site=site, eps=eps, accept=accept, alpha=alpha.float().cpu().numpy(), jsd=jv, tvd=tv,
                     accepted=acc, best=best, best_jsd=float(jv[best]) if best >= 0 else 0.0,
                     top_idx=ti, top_p=tp, top_labels=_labels_for(pb, [ti]), steps=steps, lr=lr,
                     seconds=time.perf_counter() - t0)

@@ -175,12 +175,12 @@ def prepare(lm, text, site: Site, target: Optional[int] = None, dtype: torch.dty
     model_y0 = None
     if logits is not None:
         lg = logits[0, enc.target] if logits.dim() == 3 else logits[0] if logits.dim() == 2 else logits.reshape(-1)
-        model_y0 = torch.softmax(lg.double().reshape(-1), -1).numpy()
+        model_y0 = torch.softmax(lg.double().reshape(-1), -1).cpu().numpy()
     start = site.start()
     # clone: the model's hidden states were made under inference_mode; autograd needs normal tensors
     x = hs[start].reshape(1, *hs[start].shape[-2:]).to(dtype).clone()
     n = x.shape[1]
-    allowed = torch.ones(n, dtype=torch.bool)
+    allowed = torch.ones(n, dtype=torch.bool, device=x.device)
     if lm.arch.causal:
         allowed[enc.target + 1:] = False
     with torch.no_grad():
@@ -202,11 +202,11 @@ def evaluate(lm, text, site: Site, alpha, target: Optional[int] = None, dtype: t
     """alpha [B, R, n] (R rows of the site, each a distribution over the n tokens) ->
     (jsd [B], tvd [B], output probabilities [B, C]) as numpy float64 arrays."""
     pb = prepare(lm, text, site, target, dtype)
-    a = torch.as_tensor(np.asarray(alpha), dtype=dtype)
+    a = torch.as_tensor(np.asarray(alpha), dtype=dtype, device=pb.x.device)
     if a.dim() == 2:
         a = a.unsqueeze(1)
     if tuple(a.shape[1:]) != tuple(pb.alpha0.shape):
         raise InputError(f"alpha must have shape [B, {pb.alpha0.shape[0]}, {pb.n}] for {site.label()}")
     with torch.no_grad():
         j, t, p = pb.distances(a)
-    return j.numpy(), t.numpy(), p.numpy()
+    return j.cpu().numpy(), t.cpu().numpy(), p.cpu().numpy()

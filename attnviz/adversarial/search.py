@@ -25,13 +25,13 @@ def _topk(probs: torch.Tensor, k: int, pb: Optional["Problem"] = None):
     text had a [MASK] blank on a causal model (as analyze ranks its prediction)."""
     allowed = word_start_ids(pb.lm) if pb is not None and pb.enc.blank and pb.output_kind == "token" else None
     if allowed is not None and len(allowed):
-        ids = torch.as_tensor(allowed)
+        ids = torch.as_tensor(allowed, device=probs.device)
         k = min(k, len(ids))
         v, i = probs[..., ids].topk(k, dim=-1)
-        return ids[i].numpy(), v.float().numpy()
+        return ids[i].cpu().numpy(), v.float().cpu().numpy()
     k = min(k, probs.shape[-1])
     v, i = probs.topk(k, dim=-1)
-    return i.numpy(), v.float().numpy()
+    return i.cpu().numpy(), v.float().cpu().numpy()
 
 
 def _labels_for(pb: Problem, idx_arrays) -> dict:
@@ -46,8 +46,8 @@ def _permutations(pb: Problem, m: int, gen: torch.Generator) -> torch.Tensor:
     out = pb.alpha0.new_zeros(m, R, pb.n)
     src = pb.alpha0[:, cols]  # [R, a]
     for i in range(m):
-        for r in range(R):
-            out[i, r, cols] = src[r, torch.randperm(len(cols), generator=gen)]
+        for r in range(R):  # the permutation drawn on the CPU (the same on every device)
+            out[i, r, cols] = src[r, torch.randperm(len(cols), generator=gen).to(src.device)]
     return out
 
 
@@ -63,8 +63,8 @@ def baselines(pb: Problem, permutations: int = 100, seed: int = 0, batch: int = 
             ts.append(t)
         uni = pb.allowed.to(pb.dtype) / pb.allowed.sum()
         uj, ut, _ = pb.distances(uni.expand(1, pb.alpha0.shape[0], pb.n))
-    pj = torch.cat(js).numpy() if js else np.zeros(0)
-    pt = torch.cat(ts).numpy() if ts else np.zeros(0)
+    pj = torch.cat(js).cpu().numpy() if js else np.zeros(0)
+    pt = torch.cat(ts).cpu().numpy() if ts else np.zeros(0)
     return pj, pt, (float(uj[0]), float(ut[0]))
 
 
@@ -92,7 +92,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     t0 = time.perf_counter()
     pb = prepare(lm, text, site, target, dtype, max_tokens)
     timings["prepare"] = time.perf_counter() - t0
-    lams = torch.tensor(list(lambdas), dtype=torch.float64)
+    lams = torch.tensor(list(lambdas), dtype=torch.float64)  # on the CPU; lam_b follows the model
     if lams.numel() == 0 or bool((lams < 0).any()):
         raise InputError("give at least one λ, all >= 0")
     K, Rs = lams.numel(), max(1, int(restarts))
@@ -102,23 +102,24 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     # restart 0 starts at the original, with its weights floored at 1e-4: a one-hot row has exact
     # zeros (or 1e-30s) whose logits would get gradients too small for any optimiser to move them
     log_a0 = torch.log(pb.alpha0[:, pb.allowed].clamp_min(INIT_FLOOR)).to(dtype)
-    theta0 = torch.empty(Rs, K, R, m, dtype=dtype)
-    theta0[0] = log_a0 + 1e-3 * torch.randn(K, R, m, generator=gen, dtype=dtype)
+    dev = pb.x.device  # the random starts are drawn on the CPU: the same on every device
+    theta0 = torch.empty(Rs, K, R, m, dtype=dtype, device=dev)
+    theta0[0] = log_a0 + 1e-3 * torch.randn(K, R, m, generator=gen, dtype=dtype).to(dev)
     if Rs > 1:
-        theta0[1:] = init_noise * torch.randn(Rs - 1, K, R, m, generator=gen, dtype=dtype)
+        theta0[1:] = init_noise * torch.randn(Rs - 1, K, R, m, generator=gen, dtype=dtype).to(dev)
     theta = theta0.reshape(B, R, m).clone().requires_grad_(True)
-    lam_b = lams.repeat(Rs)  # batch order: restart-major, λ-minor
+    lam_b = lams.repeat(Rs).to(dev)  # batch order: restart-major, λ-minor
     restart_b = np.repeat(np.arange(Rs), K)
     every = record_every or max(1, steps // 20)
     prune = (steps // 4 if prune_at is None else int(prune_at)) if Rs > 2 else steps
     rec_alpha, rec_j, rec_t, rec_lam, rec_rs, rec_step, rec_ti, rec_tp = ([] for _ in range(8))
 
     def record(alpha, j, t, probs, s):
-        rec_alpha.append(alpha.detach().float().numpy())
+        rec_alpha.append(alpha.detach().float().cpu().numpy())
         jd, td = j.detach(), t.detach()
-        rec_j.append(jd.numpy())
-        rec_t.append(td.numpy())
-        rec_lam.append(lam_b.numpy())
+        rec_j.append(jd.cpu().numpy())
+        rec_t.append(td.cpu().numpy())
+        rec_lam.append(lam_b.cpu().numpy())
         rec_rs.append(restart_b)
         rec_step.append(np.full(len(restart_b), s))
         ti, tp = _topk(probs.detach(), top_k, pb)
@@ -144,13 +145,13 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
             if s == prune:
                 # each λ keeps restart 0 (from the original) and its best random restart so far
                 obj = (t - lam_b * j).detach().reshape(Rs, K)
-                keep = torch.cat([torch.arange(K), (1 + torch.argmin(obj[1:], dim=0)) * K + torch.arange(K)])
+                keep = torch.cat([torch.arange(K, device=dev), (1 + torch.argmin(obj[1:], dim=0)) * K + torch.arange(K, device=dev)])
                 state = opt.state[theta]
                 theta = theta.detach()[keep].clone().requires_grad_(True)
                 opt = torch.optim.Adam([theta], lr=lr_at(s), eps=1e-20)
                 opt.state[theta] = {k: (v[keep].clone() if torch.is_tensor(v) and v.dim() > 0 else v)
                                     for k, v in state.items()}
-                lam_b, restart_b = lam_b[keep], restart_b[keep.numpy()]
+                lam_b, restart_b = lam_b[keep], restart_b[keep.cpu().numpy()]
                 alpha = pb.softmax_rows(theta)
                 j, t, probs = pb.distances(alpha)
             loss = (t - lam_b * j).sum()
@@ -173,7 +174,7 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
         ti0, tp0 = _topk(pb.y0.unsqueeze(0), top_k, pb)
     jsd_v = np.concatenate([[0.0]] + rec_j)
     tvd_v = np.concatenate([[0.0]] + rec_t)
-    alpha_v = np.concatenate([pb.alpha0.float().numpy()[None]] + rec_alpha)
+    alpha_v = np.concatenate([pb.alpha0.float().cpu().numpy()[None]] + rec_alpha)
     lam_v = np.concatenate([[np.nan]] + rec_lam)
     rs_v = np.concatenate([[-1]] + rec_rs)
     st_v = np.concatenate([[-1]] + rec_step)
@@ -193,11 +194,11 @@ def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, s
     labels = _labels_for(pb, [ti_v])
     notes = list(pb.enc.notes)
     if pb.model_y0 is not None and pb.model_y0.shape == tuple(pb.y0.shape):
-        diff = float(tvd(pb.model_y0, pb.y0.numpy()))
+        diff = float(tvd(pb.model_y0, pb.y0.cpu().numpy()))
         if diff > 1e-4:
             notes.append(f"warning: the recomputed output differs from the model's own by TVD {diff:.1e}")
     return Frontier(spec=getattr(lm, "spec", ""), text=pb.enc.text, tokens=list(pb.tokens), target=pb.target,
-                    site=site, rows=pb.rows, output_kind=pb.output_kind, alpha0=pb.alpha0.numpy(),
+                    site=site, rows=pb.rows, output_kind=pb.output_kind, alpha0=pb.alpha0.cpu().numpy(),
                     y0_top=[(labels[int(i)], float(p)) for i, p in zip(ti0[0], tp0[0])], lambdas=lams.numpy(),
                     jsd=jsd_v, tvd=tvd_v, alpha=alpha_v, alpha_idx=keep, lam=lam_v, restart=rs_v, step=st_v, top_idx=ti_v,
                     top_p=tp_v, top_labels=labels, best=best, envelope=env, perm_jsd=pj, perm_tvd=pt,

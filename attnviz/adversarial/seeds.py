@@ -42,8 +42,8 @@ def seed_baseline(lm, others: Sequence, text, site: Site, target: Optional[int] 
                              f"their attention cannot be compared")
         if pb.y0.shape != ref.y0.shape:
             raise InputError(f"{other.spec} has a different output space from {lm.spec}")
-        j = float(jsd(pb.alpha0.numpy(), ref.alpha0.numpy()).mean())
-        t = float(tvd(pb.y0.numpy(), ref.y0.numpy()))
+        j = float(jsd(pb.alpha0.cpu().numpy(), ref.alpha0.cpu().numpy()).mean())
+        t = float(tvd(pb.y0.cpu().numpy(), ref.y0.cpu().numpy()))
         ti, tp = _topk(pb.y0.unsqueeze(0), top_k, pb)
         out.append(SeedPoint(spec=other.spec, jsd=j, tvd=t,
                              top=[(pb.label_of(int(i)), float(p)) for i, p in zip(ti[0], tp[0])]))
