@@ -63,6 +63,10 @@ APPOS = ["a friend of", "a pupil of", "a rival of", "a student of", "a neighbour
          "a colleague of", "the assistant of"]
 FRONTED = ["after meeting", "unlike", "like", "together with", "along with", "after a quarrel with",
            "years after leaving"]
+# a first verb phrase before "and" + the possessive one ("X grew up in Y and began [MASK] career ...")
+FIRST_VPS = ["{be} born in {place}", "grew up in {place}", "moved to {place} in {year}", "studied in {place}",
+             "returned to {place}", "trained as a {job}", "worked as a {job}", "retired in {year}",
+             "{be} elected in {year}", "travelled to {place}", "settled in {place}", "{be} married in {year}"]
 PLURAL_PEOPLE = ["sisters", "brothers", "students", "soldiers", "players", "twins", "children", "girls",
                  "boys", "actors", "actresses", "monks", "nuns", "settlers", "farmers", "singers", "pupils"]
 PLURAL_SEX = {"sisters": "f", "brothers": "m", "girls": "f", "boys": "m", "actresses": "f", "actors": "m",
@@ -98,7 +102,7 @@ def _fill(rng, s: str) -> str:
 
 def _person(rng, lists: Lists, sex: str) -> str:
     names = lists.male if sex == "m" else lists.female
-    names = names[:600] if rng.random() < 0.7 else names  # common names more often
+    names = names[:600] if rng.random() < 0.5 else names  # common names more often
     r = rng.random()
     if r < 0.45:
         return rng.choice(names) + (" " + rng.choice(lists.surnames) if rng.random() < 0.6 else "")
@@ -112,7 +116,9 @@ def _person(rng, lists: Lists, sex: str) -> str:
 
 
 def _people(rng, lists: Lists, sex: str, k: int) -> str:
-    ps = [_person(rng, lists, sex) for _ in range(k)]
+    # a distractor is now and then named by a surname alone ("after meeting picasso"): whoever it is,
+    # it is not the subject
+    ps = [rng.choice(lists.surnames) if rng.random() < 0.12 else _person(rng, lists, sex) for _ in range(k)]
     return ps[0] if k == 1 else " , ".join(ps[:-1]) + " and " + ps[-1]
 
 
@@ -134,11 +140,20 @@ def pronoun_item(rng, lists: Lists) -> dict:
         other = "f" if sex == "m" else "m"
         answer, wrong = ("his", "her") if sex == "m" else ("her", "his")
     verb, objs, conts = rng.choice(VPS)
-    vp = f"{verb} [MASK] {rng.choice(objs)} {_fill(rng, rng.choice(conts))}".strip()
+    obj = rng.choice(objs)
+    quant = ""
+    if rng.random() < 0.2 and obj.endswith("s"):
+        quant = rng.choice(["most of ", "many of ", "some of ", "all of "])
+    elif rng.random() < 0.2 and obj in ("childhood", "youth", "career", "fortune", "money", "work", "collection",
+                                         "retirement", "training", "working life"):
+        quant = rng.choice(["most of ", "much of ", "part of "])
+    vp = f"{verb} {quant}[MASK] {obj} {_fill(rng, rng.choice(conts))}".strip()
     if k == 0:
-        kind = rng.choice(["simple", "year", "adv"])
+        kind = rng.choice(["simple", "year", "adv", "coord"])
+        first = _fill(rng, rng.choice(FIRST_VPS).replace("{be}", "were" if plural else "was"))
         head = {"simple": subj, "year": f"in {rng.randint(1500, 2020)} , {subj}",
-                "adv": f"{subj} {rng.choice(['later', 'soon', 'finally', 'eventually', 'then', 'reluctantly'])}"}[kind]
+                "adv": f"{subj} {rng.choice(['later', 'soon', 'finally', 'eventually', 'then', 'reluctantly'])}",
+                "coord": f"{subj} {first} and"}[kind]
         text = f"{head} {vp} ."
     else:
         kind = rng.choice(["rc", "rc", "whose", "appos", "fronted"])
@@ -156,7 +171,8 @@ def pronoun_item(rng, lists: Lists) -> dict:
             text = f"{subj} , {rng.choice(APPOS)} {ds} , {vp} ."
         else:
             kind = "fronted"
-            text = f"{rng.choice(FRONTED)} {ds} , {subj} {vp} ."
+            where = f" {rng.choice(['in', 'at', 'near'])} {rng.choice(PLACES)}" if rng.random() < 0.3 else ""
+            text = f"{rng.choice(FRONTED)} {ds}{where} , {subj} {vp} ."
     text = " ".join(text.split())
     text = text[0].upper() + text[1:]
     return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": kind,
@@ -181,7 +197,7 @@ def _np(rng, noun: str, number: str) -> str:
     return f"the {adj}{w}"
 
 
-def agreement_item(rng, lists: Lists) -> dict:
+def stacked_agreement_item(rng, lists: Lists) -> dict:
     number = rng.choice(["sg", "pl"])
     other = "pl" if number == "sg" else "sg"
     k = rng.choices([0, 1, 2, 3, 4], weights=[2, 3, 3, 2, 2])[0]
@@ -212,7 +228,341 @@ def agreement_item(rng, lists: Lists) -> dict:
     text = " ".join(f"{subject} [MASK] {pred} .".split())
     text = text[0].upper() + text[1:]
     return {"text": text, "answer": answer, "wrong": wrong, "task": "agreement", "construction": construction,
-            "n_attractors": k, "subject_number": number, "source": "styled"}
+            "n_attractors": k, "subject_number": number, "source": "styled", "style": "plain"}
+
+
+
+# --- news / encyclopedia prose (issue #16, second round) ----------------------------------------
+# Subjects and distractors in the shapes of news and Wikipedia sentences: comma appositions, comma
+# relative clauses ("which" / "who" / "whose"), participial phrases ("led by ...", "based in ..."),
+# coordinated lists, numbers and years, proper names of people, places, companies and days, and
+# hyphenated modifiers. Every noun between the subject's head and the verb comes from the lists
+# below, from `Lists.nouns_sg` (or their plurals), or is a capitalised proper name (singular); the
+# attractors are those of the other number than the head. Words that are also verbs in a frame
+# (supplies, runs ...) never come from these lists.
+ROLES = ["minister", "senator", "mayor", "director", "chairman", "spokesman", "judge", "coach", "striker",
+         "defender", "manager", "president", "governor", "professor", "lawyer", "officer", "chief",
+         "inspector", "adviser", "official", "economist", "scientist", "historian", "architect", "bishop",
+         "general", "commander", "candidate", "leader", "player", "founder", "editor", "author", "banker"]
+ORGS = ["company", "bank", "agency", "council", "party", "union", "court", "committee", "airline",
+        "club", "team", "museum", "firm", "group", "charity", "university", "hospital", "school",
+        "newspaper", "government", "ministry", "commission", "board", "orchestra", "festival", "station"]
+THINGS = ["bill", "report", "plan", "deal", "project", "law", "decision", "study", "film", "album",
+          "novel", "book", "bridge", "road", "building", "tower", "church", "castle", "village", "town",
+          "river", "island", "lake", "mountain", "factory", "mine", "port", "market", "house", "garden",
+          "painting", "statue", "station", "stadium", "contract", "scheme", "policy", "budget", "proposal"]
+GROUP_SUBJECTS = ["workers", "residents", "passengers", "farmers", "officials", "investors", "doctors",
+                  "teachers", "students", "fans", "voters", "protesters", "lawyers", "researchers",
+                  "scientists", "engineers", "soldiers", "police officers", "firefighters", "nurses",
+                  "shareholders", "prices", "shares", "sales", "exports", "profits", "costs", "talks",
+                  "flights", "tickets", "rents", "wages", "members", "villagers", "visitors", "miners"]
+GROUP_SUBJECTS = [w for w in GROUP_SUBJECTS if " " not in w]
+PLURAL_QUANT = ["hundreds of", "thousands of", "dozens of", "millions of", "many of the", "most of the",
+                "two of the", "three of the", "several of the", "both of the", "some of the"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
+          "October", "November", "December"]
+CITIES = ["London", "Paris", "Rome", "Vienna", "Boston", "Dublin", "Madrid", "Berlin", "Lagos", "Lisbon",
+          "Prague", "Chicago", "Toronto", "Sydney", "Mumbai", "Cairo", "Oslo", "Geneva", "Milan", "Leeds",
+          "Glasgow", "Munich", "Warsaw", "Athens", "Seoul", "Nairobi", "Lima", "Denver", "Bristol", "Lyon"]
+COUNTRIES = ["France", "Germany", "Italy", "Spain", "Brazil", "Canada", "India", "Japan", "Kenya", "Mexico",
+             "Norway", "Poland", "Egypt", "Chile", "Ireland", "Scotland", "Wales", "Texas", "Ohio", "Bavaria"]
+COMPANY_SUFFIX = ["", "", " Motors", " Airways", " Bank", " Group", " Energy", " Foods", " Media", " Steel"]
+HYPHEN_ADJ = ["{age}-year-old", "{city}-based", "state-owned", "family-run", "long-running",
+              "well-known", "newly-elected", "{small}-million-dollar", "{small}-page", "{small}-metre",
+              "long-term", "right-wing", "left-wing", "so-called", "world-famous", "cross-border"]
+# verbs inside a relative clause about the head: (3rd singular, plural) agree with the HEAD
+REL_VERBS = [("supplies", "supply"), ("makes", "make"), ("builds", "build"), ("sells", "sell"),
+             ("runs", "run"), ("serves", "serve"), ("owns", "own"), ("employs", "employ"),
+             ("represents", "represent"), ("faces", "face"), ("opposes", "oppose"), ("funds", "fund"),
+             ("produces", "produce"), ("operates", "operate"), ("has", "have"), ("includes", "include"),
+             ("was", "were"), ("is", "are")]
+REL_TAIL = {"was": ["founded by", "built by", "criticised by", "praised by", "sold to", "owned by", "set up by"],
+            "is": ["backed by", "owned by", "run by", "known for", "popular with", "close to", "part of"]}
+PARTICIPLES = ["led by", "founded by", "backed by", "owned by", "run by", "built by", "designed by",
+               "hit by", "criticised by", "supported by", "chaired by", "funded by", "advised by",
+               "praised by", "attacked by", "opposed by", "watched by", "joined by", "speaking to",
+               "working with", "writing to", "including", "angered by", "worried about", "based on",
+               "known for", "faced with", "surrounded by", "released by", "published by", "sold to"]
+PREPS_NEWS = ["of", "in", "at", "from", "for", "near", "with", "on", "against", "between", "to", "behind",
+              "under", "across", "beside", "around"]
+APPOS_HEAD = ["a former", "a close", "the new", "the current", "a senior", "the first", "a leading", "the", "a"]
+APPOS_ROLE_OF = ["adviser to", "friend of", "critic of", "member of", "partner at", "head of", "owner of",
+                 "rival of", "supporter of", "director of", "student of", "founder of", "chief of"]
+AUX_TAILS = {
+    "is": ["expected to {vb} on {day}", "due to {vb} in {year}", "likely to {vb} the {n}", "now {adj}",
+           "still {adj}", "under investigation", "in talks with {company}", "set to {vb} in {month}",
+           "{adj}", "located in {city}", "up {num} % this year", "among the {adj} in {country}",
+           "not {adj}", "expected to {vb}", "one of the {adj} {ns} in {country}"],
+    "was": ["founded in {year}", "arrested in {city} on {day}", "cancelled because of the {n}",
+            "built in {year}", "sold to {company} in {year}", "released on {day}", "named after {name}",
+            "destroyed by fire in {year}", "elected in {year}", "found near {city}", "closed in {month}",
+            "opened in {year}", "{adj}", "not {adj}", "later {adj}"],
+    "has": ["been {adj} since {year}", "announced {num} new {ns}", "signed a deal with {company}",
+            "denied the {ns}", "called for a new {n}", "rejected the {n}", "not yet {pp} the {n}",
+            "risen by {num} %", "won {num} {ns}", "been closed since {year}", "already {pp} the {n}",
+            "been {pp} by {company}", "grown since {year}", "{pp} the {ns}"],
+}
+LEX_NEWS = ["remain", "face", "need", "hold", "plan", "want", "run", "serve", "cover", "include", "contain",
+            "support", "say", "lie", "stand", "belong", "come", "date", "supply", "make", "build", "sell",
+            "use", "control", "produce", "operate", "represent", "show", "find", "call", "grow", "share",
+            "lead", "carry", "provide", "receive", "seem", "appear", "look", "stay", "keep", "meet", "form",
+            "reach", "follow", "host", "fund", "claim", "believe", "describe", "list"]
+LEX_NEWS_TAILS = {"remain": "{adj}", "face": "a {adj} {n}", "need": "{num} new {ns}", "hold": "{num} {ns}",
+                  "plan": "to {vb} in {year}", "want": "to {vb} the {n}", "run": "{num} {ns} in {country}",
+                  "serve": "the {n} of {city}", "cover": "{num} square miles", "include": "a {adj} {n}",
+                  "contain": "{num} {ns}", "support": "the {n}", "say": "the {n} is {adj}",
+                  "lie": "near {city}", "stand": "on the {n}", "belong": "to {company}", "come": "from {country}",
+                  "date": "from {year}", "supply": "{ns} to {company}", "make": "{ns} for {company}",
+                  "build": "{ns} in {country}", "sell": "{ns} in {city}", "use": "{ns} from {country}",
+                  "control": "the {n}", "produce": "{num} {ns} a year", "operate": "in {country}",
+                  "represent": "the {n}", "show": "a {adj} {n}", "find": "that the {n} is {adj}",
+                  "call": "for a new {n}", "grow": "{adj} every year", "share": "a {n} with {company}",
+                  "lead": "to the {n}", "carry": "{num} {ns}", "provide": "{ns} for {city}",
+                  "receive": "{num} {ns} a year", "seem": "{adj}", "appear": "{adj}", "look": "{adj}",
+                  "stay": "in {city}", "keep": "a {n} in {city}", "meet": "on {day}", "form": "part of the {n}",
+                  "reach": "{city} on {day}", "follow": "the {n}", "host": "the {n} in {year}",
+                  "fund": "the {n}", "claim": "that the {n} is {adj}", "believe": "the {n} is {adj}",
+                  "describe": "the {n} as {adj}", "list": "{num} {ns}"}
+BASE_VERBS = ["open", "close", "resign", "return", "start", "win", "lose", "vote", "sign", "leave", "grow",
+              "visit", "meet", "appear", "speak", "decide", "begin", "finish", "expand", "recover"]
+PAST_PARTS = ["approved", "criticised", "rejected", "accepted", "signed", "announced", "cancelled",
+              "bought", "sold", "built", "closed", "opened", "published", "won", "lost", "reviewed"]
+
+
+def _cap(w: str) -> str:
+    return " ".join(x[:1].upper() + x[1:] for x in w.split())
+
+
+def _proper(rng, lists: Lists) -> str:
+    """A singular proper name: a person, a titled person, a city, a country, a company or a day."""
+    r = rng.random()
+    if r < 0.3:
+        names = (lists.male if rng.random() < 0.5 else lists.female)[:800]
+        return _cap(rng.choice(names) + (" " + rng.choice(lists.surnames) if rng.random() < 0.6 else ""))
+    if r < 0.4:
+        return _cap(rng.choice(["senator", "president", "judge", "professor", "general", "dr", "mayor"])
+                    + " " + rng.choice(lists.surnames))
+    if r < 0.6:
+        return rng.choice(CITIES)
+    if r < 0.75:
+        return rng.choice(COUNTRIES)
+    if r < 0.9:
+        return _company(rng, lists)
+    return rng.choice(DAYS + MONTHS)
+
+
+def _company(rng, lists: Lists) -> str:
+    s = _cap(rng.choice(lists.surnames))
+    if rng.random() < 0.2:
+        return s + "-" + _cap(rng.choice(lists.surnames))
+    return s + rng.choice(COMPANY_SUFFIX)
+
+
+def _fill_news(rng, lists: Lists, s: str) -> str:
+    nouns = lists.nouns_sg
+    return s.format(
+        adj=rng.choice(L.ADJECTIVES), n=rng.choice(nouns), ns=L.plural(rng.choice(nouns)),
+        year=rng.randint(1850, 2025), day=rng.choice(DAYS), month=rng.choice(MONTHS), city=rng.choice(CITIES),
+        country=rng.choice(COUNTRIES), company=_company(rng, lists), num=_number(rng),
+        vb=rng.choice(BASE_VERBS), small=rng.randint(2, 99), pp=rng.choice(PAST_PARTS), age=rng.randint(18, 90),
+        name=_cap(rng.choice(lists.male + lists.female) + " " + rng.choice(lists.surnames)))
+
+
+def _number(rng) -> str:
+    return rng.choice([str(rng.randint(2, 99)), str(rng.randint(100, 999)), f"{rng.randint(1, 99)},{rng.randint(0, 999):03d}",
+                       f"{rng.randint(1, 9)}.{rng.randint(1, 9)}", str(rng.randint(1900, 2025))])
+
+
+def _noun_phrase(rng, lists: Lists, number: str, pool=None, proper_ok=True) -> str:
+    """A noun phrase of one number: counts as one noun (one attractor when it has the other number)."""
+    if number == "sg" and proper_ok and rng.random() < 0.3:
+        return _proper(rng, lists)
+    noun = rng.choice(pool or lists.nouns_sg)
+    w = noun if number == "sg" else L.plural(noun)
+    r = rng.random()
+    if number == "pl" and r < 0.25:
+        return f"{rng.choice(['two', 'three', 'four', 'six', 'ten', _number(rng), 'several', 'many', 'other'])} {w}"
+    if number == "pl" and r < 0.4:
+        return w
+    det = "the" if number == "pl" or r < 0.7 else rng.choice(["a", "its", "their", "this", "one"])
+    det = "an" if det == "a" and noun[0] in "aeiou" else det
+    adj = rng.choice(L.ADJECTIVES + ["local", "former", "national", "new", "main", "foreign"]) + " " \
+        if rng.random() < 0.3 else ""
+    return f"{det} {adj}{w}"
+
+
+def _np_list(rng, lists: Lists, number: str, k: int, pool=None) -> str:
+    """k noun phrases of one number joined as a list ("A , B and C")."""
+    ps = [_noun_phrase(rng, lists, number, pool) for _ in range(k)]
+    return ps[0] if k == 1 else " , ".join(ps[:-1]) + " and " + ps[-1]
+
+
+def _split(rng, k: int) -> list:
+    """k attractors over one or two modifiers."""
+    if k <= 1 or rng.random() < 0.5:
+        return [k]
+    a = rng.randint(1, k - 1)
+    return [a, k - a]
+
+
+def _modifier(rng, lists: Lists, number: str, k: int, person: bool) -> tuple[str, str]:
+    """One modifier of the head holding k (0-4) nouns of the other number; (text, construction)."""
+    other = "pl" if number == "sg" else "sg"
+    kinds = ["pp", "pp", "part", "part", "src", "appos", "whose", "orc", "paren", "with_num"]
+    kind = rng.choice(kinds)
+    if k == 0:
+        kind = rng.choice(["part0", "src0", "appos0", "pp0"])
+    if kind == "whose" and k < 1:
+        kind = "src"
+    if kind == "orc" and k > 2:
+        kind = "pp"
+    if kind == "with_num" and other != "pl":
+        kind = "pp"
+    if kind == "pp":
+        pieces = []
+        left = k
+        while left > 0:
+            m = rng.choice([1, 1, 2]) if left >= 2 else 1
+            pieces.append(f"{rng.choice(PREPS_NEWS)} {_np_list(rng, lists, other, m)}")
+            left -= m
+        return " ".join(pieces), "pp"
+    if kind == "part":
+        return f", {rng.choice(PARTICIPLES)} {_np_list(rng, lists, other, k)} ,", "part"
+    if kind == "src":
+        rel = "who" if person else "which"
+        sg, pl = rng.choice(REL_VERBS)
+        v = sg if number == "sg" else pl
+        if sg in ("was", "is"):
+            return f", {rel} {v} {rng.choice(REL_TAIL[sg])} {_np_list(rng, lists, other, k)} ,", "src"
+        return f", {rel} {v} {_np_list(rng, lists, other, k)} ,", "src"
+    if kind == "appos":
+        if number == "sg":
+            role = rng.choice(ROLES if person else THINGS + ORGS)
+            head = rng.choice(APPOS_HEAD)
+            if head.startswith("a ") and role[0] in "aeiou":
+                head = "an " + head[2:]
+            if not person:
+                rel = rng.choice(["part of", "home to", "one of", "owned by", "a gift to", "a partner of"])
+                return f", {rel} {_np_list(rng, lists, other, k)} ,", "appos"
+            if rng.random() < 0.3:
+                return f", the {role} of {_np_list(rng, lists, other, k)} ,", "appos"
+            rel = rng.choice(APPOS_ROLE_OF)
+            if head.startswith("a ") and head == "a " + head[2:] and rel[0] in "aeiou" and " " not in head[2:]:
+                head = "an"
+            return f", {head} {rel} {_np_list(rng, lists, other, k)} ,", "appos"
+        role = L.plural(rng.choice(ROLES if person else THINGS))
+        return f", all {role} {rng.choice(['of', 'from', 'at', 'for'])} {_np_list(rng, lists, other, k)} ,", "appos"
+    if kind == "whose":
+        # "whose N V ...": the whose-noun has the other number and its own verb agrees with it
+        noun = rng.choice(lists.nouns_sg)
+        wn = noun if other == "sg" else L.plural(noun)
+        if k == 1:
+            sg, pl = rng.choice([("was", "were"), ("is", "are")])
+            rest = f" {rng.choice(['now', 'also', 'often', 'once', 'still'])} {rng.choice(L.ADJECTIVES)}"
+        else:
+            sg, pl = rng.choice([("has", "have"), ("includes", "include"), ("faces", "face"), ("supplies", "supply"),
+                                 ("visits", "visit"), ("supports", "support")])
+            rest = f" {_np_list(rng, lists, other, k - 1)}"
+            if sg == "has":
+                rest = f" {rng.choice(PAST_PARTS)}" + rest
+        v = sg if other == "sg" else pl
+        return f", whose {wn} {v}{rest} ,", "whose"
+    if kind == "orc":
+        np = _np_list(rng, lists, other, k)
+        return f"that {np} {rng.choice(['built', 'bought', 'owned', 'described', 'found', 'made', 'sold', 'designed', 'visited'])}", "orc"
+    if kind == "paren":
+        if other == "pl":  # "the palace , with its towers and gardens ,"
+            ws = [L.plural(rng.choice(lists.nouns_sg)) for _ in range(k)]
+            return f", with its {ws[0] if k == 1 else ' , '.join(ws[:-1]) + ' and ' + ws[-1]} ,", "paren"
+        return f", {rng.choice(PARTICIPLES)} {_np_list(rng, lists, other, k)} ,", "part"
+    if kind == "with_num":
+        pieces = [f"with {_number(rng)} {L.plural(rng.choice(lists.nouns_sg))}"]
+        if k > 1:
+            pieces.append(f"{rng.choice(PREPS_NEWS)} {_np_list(rng, lists, other, k - 1)}")
+        return " ".join(pieces), "pp"
+    # k == 0: a modifier with nouns of the head's own number only, or none
+    if kind == "part0":
+        return rng.choice([f", {rng.choice(['announced', 'published', 'released', 'founded', 'built', 'opened'])} in {rng.randint(1850, 2025)} ,",
+                           f", {rng.choice(['announced', 'published', 'released'])} last {rng.choice(['week', 'year', 'month'])} ,"
+                           if number == "sg" else ", announced in " + str(rng.randint(1900, 2025)) + " ,"]), "part"
+    if kind == "src0":
+        rel = "who" if person else "which"
+        v = rng.choice(["has", "was"]) if number == "sg" else rng.choice(["have", "were"])
+        return f", {rel} {v} {rng.choice(['long', 'often', 'also', 'once'])} {rng.choice(PAST_PARTS)} ,", "src"
+    if kind == "appos0" and number == "sg":
+        return f", {_proper(rng, lists)} ,", "appos"
+    if number == "pl":
+        return f"{rng.choice(PREPS_NEWS)} {_np_list(rng, lists, 'pl', rng.choice([1, 2]))}", "pp"
+    return "", "simple"
+
+
+def _head(rng, lists: Lists, number: str) -> tuple[str, bool]:
+    """The subject without modifiers; (text, is a person)."""
+    r = rng.random()
+    pool_kind = rng.random()
+    pool = ROLES if pool_kind < 0.3 else ORGS if pool_kind < 0.5 else THINGS if pool_kind < 0.7 else lists.nouns_sg
+    person = pool is ROLES or (pool is lists.nouns_sg and False)
+    noun = rng.choice(pool)
+    if number == "sg":
+        if r < 0.15:
+            return _proper(rng, lists) if rng.random() < 0.5 else _cap(rng.choice(lists.male + lists.female)) + " " + _cap(rng.choice(lists.surnames)), rng.random() < 0.5
+        pre = ""
+        if rng.random() < 0.3:
+            pre = _fill_news(rng, lists, rng.choice(HYPHEN_ADJ[0 if person else 1:])).replace(" ", "-").lower() + " "
+        elif rng.random() < 0.3:
+            pre = rng.choice(L.ADJECTIVES + ["new", "former", "local", "national", "main"]) + " "
+        return f"the {pre}{noun}", person
+    if r < 0.2:
+        g = rng.choice(GROUP_SUBJECTS)
+        return g, g in ("workers", "residents", "passengers", "farmers", "officials", "investors", "doctors", "teachers",
+                        "students", "fans", "voters", "protesters", "lawyers", "researchers", "scientists", "engineers",
+                        "soldiers", "firefighters", "nurses", "shareholders", "members", "villagers", "visitors", "miners")
+    if r < 0.3:
+        return f"{rng.choice(PLURAL_QUANT)} {L.plural(noun)}", person
+    if r < 0.4:
+        return f"{rng.choice(L.ADJECTIVES + ['senior', 'local', 'foreign'])} {L.plural(noun)}", person
+    pre = ""
+    if rng.random() < 0.25:
+        pre = _fill_news(rng, lists, rng.choice(HYPHEN_ADJ[0 if person else 1:])).replace(" ", "-").lower() + " "
+    return f"the {pre}{L.plural(noun)}", person
+
+
+def news_agreement_item(rng, lists: Lists) -> dict:
+    number = rng.choice(["sg", "pl"])
+    k = rng.choices([0, 1, 2, 3, 4], weights=[2, 3, 3, 2, 2])[0]
+    head, person = _head(rng, lists, number)
+    mods, kinds = [], []
+    for part in _split(rng, k) if k else [0]:
+        text, kind = _modifier(rng, lists, number, part, person)
+        mods.append(text)
+        kinds.append(kind)
+    subject = " ".join([head] + mods)
+    subject = re.sub(r", ,", ",", subject)
+    if rng.random() < 0.6:
+        sg, pl = rng.choice(AUX)
+        pred = _fill_news(rng, lists, rng.choice(AUX_TAILS[sg]))
+        verb_kind = "aux"
+    else:
+        base = rng.choice(LEX_NEWS)
+        sg, pl = L.third_singular(base), base
+        pred = _fill_news(rng, lists, LEX_NEWS_TAILS[base])
+        verb_kind = "lexical"
+    answer, wrong = (sg, pl) if number == "sg" else (pl, sg)
+    text = " ".join(f"{subject} [MASK] {pred} .".split())
+    text = text[0].upper() + text[1:]
+    construction = next((c for c in kinds if c != "simple"), "simple")
+    return {"text": text, "answer": answer, "wrong": wrong, "task": "agreement", "construction": construction,
+            "verb": verb_kind, "n_attractors": k, "subject_number": number, "source": "styled", "style": "news"}
+
+
+NEWS_SHARE = 0.65  # share of the agreement items made by news_agreement_item (the rest: stacked phrases)
+
+
+def agreement_item(rng, lists: Lists) -> dict:
+    if rng.random() < NEWS_SHARE:
+        return news_agreement_item(rng, lists)
+    return stacked_agreement_item(rng, lists)
 
 
 def items(task: str, n: int, lists: Lists, seed: int) -> list:

@@ -88,10 +88,19 @@ def main(argv=None) -> None:
     ap.add_argument("--unk-prob", type=float, default=0.05)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--styled-share", type=float, default=0.0)
+    ap.add_argument("--agreement-share", type=float, default=0.5,
+                    help="share of agreement items among the real-style items (the rest: pronoun items)")
+    ap.add_argument("--init", default=None,
+                    help="start from this model folder's weights (fine-tuning) instead of random ones; its "
+                         "tokenizer is used (implies --tokenizer INIT unless given)")
+    ap.add_argument("--checkpoints", action="store_true",
+                    help="also keep a copy of the weights at every evaluation in OUT/checkpoints/step-N")
     ap.add_argument("--tokenizer", default=None,
                     help="reuse this folder's tokenizer instead of learning one (the seeds of one model share "
                          "seed 0's, so that their attention over a sentence can be compared token by token)")
     args = ap.parse_args(argv)
+    if args.init and not args.tokenizer:
+        args.tokenizer = args.init
     torch.set_num_threads(1)
     seed_everything(args.seed)
     rng = random.Random(args.seed)
@@ -115,15 +124,19 @@ def main(argv=None) -> None:
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
                              "python scripts/build_corpus.py --out " + args.corpus) from None
-        for task in ("agreement", "pronoun"):
-            styled += real_style.items(task, n_styled // 2, lists, seed=args.seed)
+        n_agr = int(round(n_styled * args.agreement_share))
+        for task, n in (("agreement", n_agr), ("pronoun", n_styled - n_agr)):
+            styled += real_style.items(task, n, lists, seed=args.seed)
             styled_dev["styled_" + task] = real_style.items(task, 500, lists, seed=10_000 + args.seed)
     dev = {t: grammar.generate(t, 500, seed=1000 + args.seed, split="test")
            for t in ("agreement", "pronoun")}
     dev.update(styled_dev)
+    from .common import PACKAGE_DATA, read_jsonl
+    for f in ("real_dev_agreement", "real_dev_pronoun"):  # the hand-written dev sets (never the test sets)
+        if (PACKAGE_DATA / f"{f}.jsonl").exists():
+            dev[f] = read_jsonl(PACKAGE_DATA / f"{f}.jsonl")
     required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
                 for w in (it["answer"], it["wrong"])}
-    from .common import PACKAGE_DATA, read_jsonl
     for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl"):
         required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
     gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
@@ -149,8 +162,13 @@ def main(argv=None) -> None:
           f"{len(styled)} styled, "
           f"vocab {len(tok)}, {time.time() - t0:.0f}s", flush=True)
 
-    config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **MODEL_CONFIG)
-    model = BertForMaskedLM(config)
+    if args.init:
+        model = BertForMaskedLM.from_pretrained(args.init, trust_remote_code=False)
+        if model.config.vocab_size != len(tok):
+            raise SystemExit(f"{args.init} has {model.config.vocab_size} embeddings for {len(tok)} tokens")
+    else:
+        config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **MODEL_CONFIG)
+        model = BertForMaskedLM(config)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -197,6 +215,8 @@ def main(argv=None) -> None:
             print(f"step {step + 1} dev {json.dumps(accs)}", flush=True)
             model.eval()
             model.save_pretrained(str(out))
+            if args.checkpoints:
+                model.save_pretrained(str(out / "checkpoints" / f"step-{step + 1}"))
             model.train()
             if log:
                 log[-1]["dev"] = accs
@@ -204,6 +224,8 @@ def main(argv=None) -> None:
     model.save_pretrained(str(out))
     info = {"command": "python -m attnviz.builtin.train_real " + " ".join(sys.argv[1:] if argv is None else argv),
             "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
+            "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
+            "styled_share": args.styled_share, "agreement_share": args.agreement_share,
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
             "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
