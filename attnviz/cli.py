@@ -178,7 +178,7 @@ def cmd_analyze(args) -> int:
                                  "check the terminal's encoding or pass the text as UTF-8") from None
     options = parse_options(args.option)  # a wrong --option is said before the model loads
     _quiet_loading()
-    lm = attnviz.load_model(args.model)
+    lm = attnviz.load_model(args.model, device=args.device)  # a missing GPU is said before the load
     methods = _csv(args.methods)
     if args.faithfulness:
         from .faithfulness import available_methods, score_sentence
@@ -323,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="double the steps (up to 256) until the relative completeness error is at most this; 0: fixed steps")
     a.add_argument("--max-tokens", type=int, default=128)
     a.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    a.add_argument("--device", default="cpu",
+                   help="where the model runs: cpu (default) | cuda | cuda:N; the maps come back to the CPU")
     a.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("study", help="corpus faithfulness study (resumable)")

@@ -71,6 +71,26 @@ def test_analyze_npz_and_errors(tiny_folder, tmp_path, capsys):
     assert "no such data file" in capsys.readouterr().err
 
 
+def test_analyze_device(tiny_folder, tmp_path, capsys):
+    """--device cpu gives the default's numbers; a device this machine lacks is one line and exit 2,
+    said before any file is written."""
+    folder, _ = tiny_folder
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    base = ["analyze", "--model", str(folder), "--text", SENTENCE, "--methods", "attention,attn_res_ln"]
+    assert main(base + ["--out", str(a)]) == 0 and main(base + ["--out", str(b), "--device", "cpu"]) == 0
+    da, db = json.loads(a.read_text()), json.loads(b.read_text())
+    for m in ("attention", "attn_res_ln"):
+        np.testing.assert_array_equal(np.array(da["maps"][m]["layer"]), np.array(db["maps"][m]["layer"]))
+    capsys.readouterr()
+    c = tmp_path / "c.json"
+    bad = ["tpu"] + ([] if torch.cuda.is_available() else ["cuda"])
+    for dev in bad:
+        assert main(base + ["--out", str(c), "--device", dev]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "\n" not in err and dev in err
+        assert not c.exists()
+
+
 def test_read_data_formats(tmp_path):
     (tmp_path / "a.txt").write_text("one [MASK] .\n\ntwo [MASK] .\n")
     assert read_data(str(tmp_path / "a.txt")) == ["one [MASK] .", "two [MASK] ."]
