@@ -3,8 +3,6 @@ layer, for the attention block (Kobayashi et al. 2021) and the whole layer with 
 (Kobayashi et al. 2024); for the sentence and for the built-in corpus of ordinary sentences."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
@@ -55,8 +53,7 @@ def _sentence(spec: str, text: str, cap: int, steps: int, lm):
     FFN split costs n² FFN parts a layer: its estimate comes first (a button over ui.ASK_SECONDS),
     then a progress bar and Cancel."""
     key = ("context_mixing", spec, text, cap, steps)
-    got = ui.cached_result(key)
-    if got is not None:
+    if (got := ui.cached_result(key)) is not None:
         return got
     a0 = ui.analysis(["attention"])  # cheap and cached: the tokens and the trace's time on this text
     if a0 is None:
@@ -66,8 +63,7 @@ def _sentence(spec: str, text: str, cap: int, steps: int, lm):
     job = ui.Job(key, ("context_mixing",), est, "the split of every layer into per-source parts",
                  lambda ck: ui.with_progress(key, lambda progress: context.sentence_mixing(
                      lm, text, target=None, max_tokens=cap, steps=steps, progress=progress), what, ck))
-    ui.run_jobs(SimpleNamespace(pending=[job], tokens=a0.tokens))
-    return ui.cached_result(key)
+    return ui.run_job(job, len(a0.tokens))
 
 
 @st.cache_resource

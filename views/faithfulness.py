@@ -5,8 +5,6 @@ table of rank correlations. Below: the corpus study on the built-in evaluation s
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -114,24 +112,20 @@ def _score(lm, a, methods: tuple, baselines: tuple, contrast, ig_steps: int, inc
 _maps = tuple(m for m in methods if m in a.maps)
 _key = ("faithfulness", lm.spec, a.text, a.target, _maps, tuple(baselines), contrast, int(ig_steps),
         bool(include_target), ui.cap())
-_res = ui.cached_result(_key)
-if _res is None:
-    _fwd = a.timings.get("trace", 0.0) / 2  # the trace is the model's forward and our recomputation
-    _est = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps))
-    _worst = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps), F.IG_MAX_STEPS)
-    _note = (f", up to {ui.secs(_worst)} if integrated gradients must double their {int(ig_steps)} steps up to "
-             f"{F.IG_MAX_STEPS} to reach a 1 % completeness error" if _worst > 1.5 * _est else "")
-    _job = ui.Job(_key, ("importance",), _est, "the token importance",
-                  lambda ck: ui.with_progress(_key, lambda progress: _score(lm, a, _maps, tuple(baselines), contrast,
-                                                                            int(ig_steps), bool(include_target),
-                                                                            progress),
-                                              f"Measuring token importance (estimated {ui.secs(_est)}"
-                                              + (f", at most {ui.secs(_worst)}" if _note else "") + ")", ck),
-                  note=_note)
-    ui.run_jobs(SimpleNamespace(pending=[_job], tokens=a.tokens))
-    _res = ui.cached_result(_key)
-    if _res is None:  # asked for, cancelled or failed: the page says which above
-        st.stop()
+_fwd = a.timings.get("trace", 0.0) / 2  # the trace is the model's forward and our recomputation
+_est = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps))
+_worst = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps), F.IG_MAX_STEPS)
+_note = (f", up to {ui.secs(_worst)} if integrated gradients must double their {int(ig_steps)} steps up to "
+         f"{F.IG_MAX_STEPS} to reach a 1 % completeness error" if _worst > 1.5 * _est else "")
+_job = ui.Job(_key, ("importance",), _est, "the token importance",
+              lambda ck: ui.with_progress(_key, lambda progress: _score(lm, a, _maps, tuple(baselines), contrast,
+                                                                        int(ig_steps), bool(include_target), progress),
+                                          f"Measuring token importance (estimated {ui.secs(_est)}"
+                                          + (f", at most {ui.secs(_worst)}" if _note else "") + ")", ck),
+              note=_note)
+_res = ui.run_job(_job, len(a.tokens))
+if _res is None:  # asked for, cancelled or failed: the page says which above
+    st.stop()
 imp, corr, notes, sentence_seconds = _res
 
 labels = figures.token_labels(imp.tokens)

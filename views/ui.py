@@ -369,22 +369,27 @@ def _p(x: float) -> str:
     return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
+def _ranked_choices(a, min_total: float = 1e-3) -> list:
+    """Analysis.choices groups whose total probability reaches min_total, likeliest group first, each
+    as [(word, probability)] from the likeliest word down."""
+    groups = [g for g in getattr(a, "choices", []) or [] if sum(g[1]) >= min_total]
+    return [sorted(zip(words, probs), key=lambda wp: -wp[1])
+            for words, probs in sorted(groups, key=lambda g: -sum(g[1]))]
+
+
 def choices_caption(a, min_total: float = 1e-3, most: int = 2) -> Optional[str]:
     """The agreement and pronoun words at a [MASK] blank (Analysis.choices), most likely group first,
     e.g. "are 0.020 vs is 1.5e-04 (are 133× as likely)"; None when no group reaches min_total."""
-    groups = sorted((g for g in getattr(a, "choices", []) or [] if sum(g[1]) >= min_total),
-                    key=lambda g: -sum(g[1]))[:most]
+    groups = _ranked_choices(a, min_total)[:most]
     if not groups:
         return None
     parts = []
-    for words, probs in groups:
-        order = sorted(range(len(words)), key=lambda k: -probs[k])
-        first, second = order[0], order[1]
-        text = " vs ".join(f"{words[k]} {_p(probs[k])}" for k in order)
-        ratio = probs[first] / probs[second] if probs[second] > 0 else float("inf")
+    for ranked in groups:
+        (w1, p1), (w2, p2) = ranked[0], ranked[1]
+        text = " vs ".join(f"{w} {_p(p)}" for w, p in ranked)
+        ratio = p1 / p2 if p2 > 0 else float("inf")
         if ratio >= 1.05:
-            text += f" ({words[first]} {ratio:,.0f}× as likely as {words[second]})" if ratio >= 10 else \
-                f" ({words[first]} {ratio:.1f}× as likely as {words[second]})"
+            text += f" ({w1} {ratio:,.0f}× as likely as {w2})" if ratio >= 10 else f" ({w1} {ratio:.1f}× as likely as {w2})"
         parts.append(text)
     return ("**Agreement words at the blank:** " + "; ".join(parts)
             + ". The model's own probabilities, in its top list or not.")
@@ -393,16 +398,14 @@ def choices_caption(a, min_total: float = 1e-3, most: int = 2) -> Optional[str]:
 def contrast_tip(a, min_total: float = 1e-3) -> Optional[str]:
     """Faithfulness without a contrast: how to test the verb's number (or the pronoun) instead of
     p(the top prediction), naming the two forms the model likes most at this blank; None elsewhere."""
-    groups = [g for g in getattr(a, "choices", []) or [] if sum(g[1]) >= min_total]
+    groups = _ranked_choices(a, min_total)
     if not groups:
         return None
-    words, probs = max(groups, key=lambda g: sum(g[1]))
-    order = sorted(range(len(words)), key=lambda k: -probs[k])
-    hi, lo = order[0], order[1]
+    (w1, p1), (w2, p2) = groups[0][:2]
     top = plots.readable_token(a.prediction[0][0]) if a.prediction else "?"
-    return (f"**Tip:** the target is now p('{top}'). To test agreement, type **{words[hi]}** and "
-            f"**{words[lo]}** as the correct and wrong words (the model gives them {_p(probs[hi])} and "
-            f"{_p(probs[lo])} here; which one is grammatical is for you to say, swap them if needed).")
+    return (f"**Tip:** the target is now p('{top}'). To test agreement, type **{w1}** and **{w2}** as the "
+            f"correct and wrong words (the model gives them {_p(p1)} and {_p(p2)} here; which one is "
+            f"grammatical is for you to say, swap them if needed).")
 
 
 def model_card(source) -> Optional[str]:
@@ -559,6 +562,23 @@ def _merge(a, res, job) -> None:
         a.disabled.update(res.disabled)
         a.timings.update({k: v for k, v in res.timings.items() if k != "trace"})
         a.notes.extend(x for x in res.notes if x not in a.notes)
+
+
+def run_job(job: "Job", n_tokens: int):
+    """One long computation of a page (not a map of the analysis) by run_jobs' rules -> its result, or
+    None when it waits for its button, was cancelled or failed (the page has said which)."""
+    got = cached_result(job.key)
+    if got is None:
+        run_jobs(_Pending([job], n_tokens))
+        got = cached_result(job.key)
+    return got
+
+
+class _Pending:
+    """What run_jobs reads of an analysis: the jobs pending and the tokens (for the warning's count)."""
+
+    def __init__(self, jobs: list, n_tokens: int):
+        self.pending, self.tokens = jobs, range(n_tokens)
 
 
 def run_jobs(a, where=None) -> bool:
