@@ -244,9 +244,15 @@ def cmd_study(args) -> int:
         from .faithfulness.ray_engine import check_address
 
         check_address(args.address)
+    if args.engine == "ray" and args.device != "cpu":
+        raise InputError(f"--device {args.device} applies to --engine local; with --engine ray give --gpus-per-worker "
+                         "(each actor then runs on its GPU)")
+    from .models.load import resolve_device
+
+    resolve_device(args.device)  # a device this machine lacks is said before the data is read
     items = read_data(args.data, args.n)
     _quiet_loading()
-    lm = attnviz.load_model(args.model)
+    lm = attnviz.load_model(args.model, device=args.device)
     bar = None
 
     def progress(done, total):
@@ -344,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=128)
     s.add_argument("--threads", type=int, default=None, help="torch threads (per worker with --engine ray; default 1 there)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--device", default="cpu",
+                   help="with --engine local: where the model runs, cpu (default) | cuda | cuda:N")
     s.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local: this process (default); ray: actors on a Ray cluster (pip install 'attnviz[ray]')")
     s.add_argument("--address", default=None,

@@ -297,6 +297,36 @@ def test_model_page_facts_and_hub_error(app_spec, lm):
     assert not at.error and at.session_state["spec"] == app_spec
 
 
+def test_model_page_device(app_spec):
+    """The Model page's "Run on": cpu by default (the facts say so); a device this machine lacks is one
+    line on the page, the app keeps running, and picking cpu loads the model there again."""
+    import torch
+
+    at = new_app(app_spec).run()
+    at.switch_page("views/model.py").run()
+    no_exception(at)
+    pick = at.selectbox(key="device_pick")
+    assert pick.value == "cpu" and pick.options[0] == "cpu"
+    facts = dict(zip(at.table[0].value["property"], at.table[0].value["value"]))
+    assert facts["device"] == "cpu"
+    if torch.cuda.is_available():
+        assert pick.options[1:] == [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        return
+    assert pick.options == ["cpu"] and pick.disabled
+    assert any("No CUDA GPU" in c.value for c in at.caption)
+    at.session_state["device"] = "cuda"  # as ATTNVIZ_DEVICE=cuda would on this machine
+    at.run()
+    no_exception(at)
+    msg = " ".join(e.value for e in at.error)
+    assert "CUDA" in msg and "cpu" in msg and len(at.error) == 1
+    pick = at.selectbox(key="device_pick")
+    assert pick.value == "cuda" and pick.options == ["cpu", "cuda"]
+    pick.set_value("cpu").run()
+    no_exception(at)
+    assert not at.error and at.success and "Self-check passed" in at.success[0].value
+    assert at.session_state["device"] == "cpu"
+
+
 def test_about_has_one_tab_per_method(app_spec):
     at = new_app(app_spec).run()
     at.switch_page("views/about.py").run()

@@ -91,6 +91,31 @@ def test_analyze_device(tiny_folder, tmp_path, capsys):
         assert not c.exists()
 
 
+def test_study_device(tiny_folder, tmp_path, capsys):
+    """study --device cpu writes the default's records; a device this machine lacks, or --device with
+    --engine ray (which takes --gpus-per-worker), is one line and exit 2, before the folder is made."""
+    folder, _ = tiny_folder
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(dict(text="the keys [MASK] on the table .", answer="are", wrong="is")) + "\n")
+    base = ["study", "--model", str(folder), "--data", str(data), "--quiet", "--baselines", "blank_out",
+            "--ig-steps", "4", "--methods", "attention,attn_res_ln"]
+    assert main(base + ["--out", str(tmp_path / "a")]) == 0
+    assert main(base + ["--out", str(tmp_path / "b"), "--device", "cpu"]) == 0
+    ra, rb = ((tmp_path / d / "records.jsonl").read_text().splitlines() for d in "ab")
+    ra, rb = json.loads(ra[0]), json.loads(rb[0])
+    assert ra["rho"] == rb["rho"] and len(ra["rho"]) == 2
+    capsys.readouterr()
+    bad = [["--device", "tpu"], ["--device", "cpu:x"], ["--device", "cuda", "--engine", "ray"]]
+    if not torch.cuda.is_available():
+        bad.append(["--device", "cuda"])
+    for extra in bad:
+        out = tmp_path / "c"
+        assert main(base + ["--out", str(out)] + extra) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "\n" not in err and extra[1] in err, err
+        assert not out.exists()
+
+
 def test_read_data_formats(tmp_path):
     (tmp_path / "a.txt").write_text("one [MASK] .\n\ntwo [MASK] .\n")
     assert read_data(str(tmp_path / "a.txt")) == ["one [MASK] .", "two [MASK] ."]

@@ -70,6 +70,16 @@ st.number_input("Token cap (longer texts get a message instead of an analysis)",
                 step=8, key="cap", persist_state="session", placeholder=f"the model's own maximum: {ui.cap()}",
                 help="Empty: the model's own maximum (its max_position_embeddings).")
 
+opts = ui.devices()
+if st.session_state.get("device_pick") != ui.device():
+    st.session_state.device_pick = ui.device()
+st.selectbox("Run on", opts, key="device_pick", on_change=ui._device_picked, disabled=len(opts) == 1,
+             help="cpu, or a CUDA GPU: the model, its self-check and every map run there (the maps agree with "
+                  "the CPU's to float32 tolerance); results come back to the CPU for the charts. Default: the "
+                  "ATTNVIZ_DEVICE environment variable, else cpu.")
+if len(opts) == 1:
+    st.caption("No CUDA GPU is visible to PyTorch on this machine, so models run on the CPU.")
+
 st.subheader(f"Current model: {ui.plain(ui.spec())}", anchor=False)
 lm = ui.model()
 if lm is not None:

@@ -290,10 +290,55 @@ def sidebar() -> None:
 
 # ------------------------------------------------------------------------------------ model and analysis
 
+ENV_DEVICE = os.environ.get("ATTNVIZ_DEVICE", "").strip() or "cpu"
+
+
+def device() -> str:
+    """Where models run: the Model page's choice, else ATTNVIZ_DEVICE, else cpu."""
+    return st.session_state.get("device") or ENV_DEVICE
+
+
+def devices() -> list:
+    """cpu and every CUDA device this PyTorch sees (cuda:0, cuda:1, ...)."""
+    import torch
+
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if device() not in out:  # an ATTNVIZ_DEVICE this machine lacks: listed, so the page can say why it fails
+        out.append(device())
+    return out
+
+
+def set_device(new: str) -> None:
+    """Switch device (from a callback): the model is loaded there afresh (self-check on that device);
+    if that fails, the previous device stays and the error is shown once."""
+    ss = st.session_state
+    prev = device()
+    ss.device = new
+    ss.setdefault("_load_errors", {}).clear()
+    lm, err = _try_load()
+    if lm is None and new != prev:
+        ss.device = prev
+        ss.device_pick = prev
+        ss._load_flash = f"Could not load '{spec()}' on {new}: {err}. Still on {prev}."
+        ss["_load_errors"].clear()
+
+
+def _device_picked() -> None:
+    set_device(st.session_state.get("device_pick") or "cpu")
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _load(spec_: str):
+def _load_on(spec_: str, device_: str):
     with st.spinner(_load_message(spec_)):
-        return attnviz.load_model(spec_)
+        return attnviz.load_model(spec_, device=device_)
+
+
+def _load(spec_: str):
+    """The LoadedModel of spec_ on the session's device (cached per spec and device). Results cached
+    by spec alone are shared between devices: they agree to float32 tolerance (tests/test_device.py)."""
+    return _load_on(spec_, device())
 
 
 def _load_message(spec_: str) -> str:

@@ -651,7 +651,7 @@ def evaluate_spec(spec: str, files: list[Path], batch_size: int = 32, limit: int
     t0 = time.perf_counter()
     lm = attnviz.load_model(spec)
     res = {"model": spec, "load_seconds": time.perf_counter() - t0, "task": lm.task,
-           "describe": {k: v for k, v in lm.describe().items() if k != "self_check"}, "sets": []}
+           "describe": {k: v for k, v in lm.describe().items() if k not in ("self_check", "device")}, "sets": []}
     if lm.task not in ("masked_lm", "causal_lm"):
         res["error"] = (f"{spec} has no language-model output head (task: {lm.task}); it cannot fill a "
                         "[MASK], so there is no accuracy to report")

@@ -113,11 +113,9 @@ class StudyWorker:
 
         torch.set_num_threads(threads)
         self.t0 = time.perf_counter()
-        self.lm = attnviz.load_model(spec)
-        if device != "cpu":
-            if not torch.cuda.is_available():
-                raise AttnvizError("this worker was given a GPU but torch sees no CUDA device")
-            self.lm.model.to(device)
+        if device != "cpu" and not torch.cuda.is_available():
+            raise AttnvizError("this worker was given a GPU but torch sees no CUDA device")
+        self.lm = attnviz.load_model(spec, device=device)  # the self-check runs there too
         self.load_s = time.perf_counter() - self.t0
 
     def info(self) -> dict:

@@ -122,6 +122,7 @@ class LoadedModel:
                     vocab=getattr(c, "vocab_size", None), max_tokens=self.max_tokens,
                     parameters=sum(p.numel() for p in self.model.parameters()),
                     placement=None if self.arch is None else self.arch.placement,
+                    device=str(self.device),
                     self_check=None if self.check is None else dict(
                         ok=self.check.ok, max_rel_err=self.check.max_rel_err, reason=self.check.reason))
 
