@@ -38,10 +38,16 @@ PAGE_FILES = [("views/explore.py", "Explore", ":material/grid_on:"),
               ("views/context_mixing.py", "Context mixing", ":material/blender:"),
               ("views/model.py", "Model", ":material/memory:"),
               ("views/about.py", "About", ":material/help:")]
-PAGES = {Path(f).stem: st.Page(f, title=t, icon=i, default=(k == 0))
+# the default page (Explore) is served at /; its own pathname is reserved but not served, so it gets
+# one nobody types ("start"), and /explore (the page's name typed as a path) is a hidden page that
+# switches to it, keeping the URL's state
+PAGES = {Path(f).stem: st.Page(f, title=t, icon=i, default=(k == 0), url_path="start" if k == 0 else None)
          for k, (f, t, i) in enumerate(PAGE_FILES) if (ROOT / f).exists()}
+ALIAS = st.Page(lambda: None, title="Explore", url_path="explore", visibility="hidden")
 
-page = st.navigation(list(PAGES.values()))
+page = st.navigation(list(PAGES.values()) + [ALIAS])
+if page is ALIAS:
+    st.switch_page(next(iter(PAGES.values())), query_params=st.query_params.to_dict())
 name = next(k for k, p in PAGES.items() if p is page)
 wanted = st.session_state.pop("_wanted_page", None)  # ?page=... of the URL a session starts from
 if wanted in PAGES and wanted != name:

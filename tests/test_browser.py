@@ -240,6 +240,12 @@ def test_flow_graph_and_model_pages_render(server, browser, spec):
     page.get_by_role("link", name="About").click()
     page.wait_for_selector("text=What it shows", timeout=60_000)
     page.screenshot(path=str(SHOTS / "08_about.png"))
+    # /explore, the page's name typed as a path, opens Explore (served at /) with the URL's state
+    page.goto(f"{server}/explore?model={quote(spec)}&methods=attention&text={quote('the dog [MASK] here .')}")
+    page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=120_000)
+    assert page.get_by_text("Page not found").count() == 0
+    assert page.get_by_role("heading", name="Explore").count() >= 1
+    assert "the dog [MASK] here ." in page.locator("textarea").first.input_value()
     page.close()
 
 

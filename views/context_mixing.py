@@ -81,7 +81,7 @@ def layer_lines(per_layer: dict, title: str, key: str) -> go.Figure:
         y = 100 * np.asarray(per_layer[name], dtype=np.float64)
         fig.add_trace(go.Scatter(x=list(range(1, len(y) + 1)), y=y, name=name, mode="lines+markers",
                                  line=dict(color=COLORS[name], dash="dash" if name in FFN else "solid"),
-                                 hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.1f}} %<extra></extra>"))
+                                 hovertemplate=f"{name}: {EXPLAIN[name]}<br>layer %{{x}}: %{{y:.1f}} %<extra></extra>"))
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text="mean context-mixing ratio (%)", rangemode="tozero")
     fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
@@ -121,7 +121,7 @@ L = len(sm.change)
 st.subheader("This sentence", anchor=False)
 st.plotly_chart(layer_lines(_means(sm.ratios, keep), "Mean ratio per layer: this sentence", "sentence_lines"),
                 key="cm_sentence_lines")
-with st.expander("What each line is"):
+with st.expander("What each line is", expanded=True):  # the legend's short names, spelled out
     st.markdown("\n".join(f"- **{k}**: {v}" for k, v in EXPLAIN.items()))
 worst = max(sm.completeness)
 st.caption(f"ATBFFRESLN completeness error (the parts plus the remainder against the model's own layer "

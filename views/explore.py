@@ -46,15 +46,17 @@ with right:
     labels = plots.token_labels(a.tokens)
 
     lm_ = ui.model()
-    auto = ("automatic (the word before [MASK], else the last token)" if lm_ is not None and lm_.task == "causal_lm"
-            else "automatic ([MASK], else the first token)")
+    # short enough for the box at 1024 px; the rule in full is in the help
+    auto = ("automatic (before [MASK])" if lm_ is not None and lm_.task == "causal_lm"
+            else "automatic ([MASK])")
 
     def _fmt(p):
         return auto if p == ui.AUTO else labels[p]
 
     st.selectbox("Row to explain (target position)", [ui.AUTO] + positions, key="target", persist_state="session", format_func=_fmt,
                  help="The position whose prediction and row are shown. Automatic: the [MASK] token if "
-                      "there is one, else [CLS] for encoders and the last token for causal models.")
+                      "there is one (for causal models the word before it), else [CLS] for encoders and the "
+                      "last token for causal models.")
     if a.prediction:  # what to know before trusting the prediction, beside it
         if (words := ui.choices_caption(a)) is not None:
             st.caption(words)
