@@ -2,6 +2,7 @@
 
     python bench/scale.py                      # pkg:smollm2 and a BERT-base-size model, 32 128 512 tokens
     python bench/scale.py --model pkg:smollm2 --tokens 128 --methods attention,rollout,value_norm,attn_res_ln
+    python bench/scale.py --model llama-1b --tokens 1024 --device cuda --methods attention,rollout,value_norm,attn_res_ln
 
 Each (model, length) runs in a fresh subprocess so that its peak memory (ru_maxrss) is its own. The
 text is ordinary English prose cut to the length. "forward" is the model's own forward pass
@@ -42,6 +43,31 @@ def bert_base(path: str) -> str:
         m.save_pretrained(path)
         tok.save_pretrained(path)
     return path
+
+
+def llama_1b(path: str) -> str:
+    """A 1B-parameter-class Llama-shape causal LM with random weights (TinyLlama-1.1B's shape: 22
+    layers, hidden 2048, 32 heads sharing 4 key/value heads, gated FFN 5632, RoPE, RMSNorm; SmolLM2's
+    tokenizer, so 49,152 tokens and 1.2 B parameters), saved once in float32."""
+    if not os.path.isdir(path):
+        import torch
+        import transformers as T
+
+        import attnviz
+        tok = attnviz.load_model("pkg:smollm2").tokenizer
+        torch.manual_seed(0)
+        cfg = T.LlamaConfig(vocab_size=len(tok), hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                            num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048,
+                            rms_norm_eps=1e-5, tie_word_embeddings=True,
+                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+        m = T.LlamaForCausalLM(cfg).float()
+        m.save_pretrained(path)
+        tok.save_pretrained(path)
+    return path
+
+
+SHORT = {"bert-base": ("/tmp/attnviz_bench_bert_base", bert_base, "BERT-base size (random)"),
+         "llama-1b": ("/tmp/attnviz_bench_llama_1b", llama_1b, "Llama 1.2B shape (random)")}
 
 
 def _clock():
@@ -121,7 +147,9 @@ def one(spec: str, n: int, methods: list, threads: int, device: str = "cpu") -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", action="append", help="model spec (repeatable; default pkg:smollm2 and BERT-base size)")
+    ap.add_argument("--model", action="append",
+                    help="model spec (repeatable; default pkg:smollm2 and bert-base); bert-base and llama-1b are "
+                         "models of those shapes with random weights, built once under /tmp")
     ap.add_argument("--tokens", type=int, nargs="+", default=[32, 128, 512])
     ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument("--threads", type=int, default=2)
@@ -134,7 +162,8 @@ def main(argv=None) -> int:
         spec, n = args.one.rsplit("@", 1)
         print(json.dumps(one(spec, int(n), methods, args.threads, args.device)))
         return 0
-    specs = args.model or ["pkg:smollm2", bert_base("/tmp/attnviz_bench_bert_base")]
+    specs = args.model or ["pkg:smollm2", "bert-base"]
+    specs = [SHORT[sp][1](SHORT[sp][0]) if sp in SHORT else sp for sp in specs]
     print("ratio = seconds / one forward pass in the same process (wall clock; in brackets: CPU seconds / the "
           "forward's CPU seconds, which the other processes on the machine disturb less)")
     print(f"{'model':<26} {'tokens':>6} {'forward s':>9} {'all maps':>9} {'peak GB':>7} {'load':>5}  per map: ratio [CPU ratio]")
@@ -151,7 +180,7 @@ def main(argv=None) -> int:
                     f.write(json.dumps(d) + "\n")
             fw, fc = d["forward"], max(d["forward_cpu"], 1e-9)
             per = ", ".join(f"{k} {v / fw:.1f}x [{d['cpu'][k] / fc:.1f}x]" for k, v in d["timings"].items())
-            name = "BERT-base size (random)" if spec.startswith("/tmp/attnviz_bench_bert") else spec
+            name = next((v[2] for v in SHORT.values() if spec == v[0]), spec)
             mem = d["peak_gb"] if d.get("gpu_peak_gb") is None else d["gpu_peak_gb"]
             print(f"{name:<26} {d['tokens']:>6} {fw:>9.3f} {d['total'] / fw:>8.1f}x {mem:>7.2f} {d['load']:>5.1f}  {per}",
                   flush=True)

@@ -85,7 +85,7 @@ def layer_lines(per_layer: dict, title: str, key: str) -> go.Figure:
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text="mean context-mixing ratio (%)", rangemode="tozero")
     fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
-                      legend=dict(font=dict(size=11)), meta=key)
+                      legend=dict(font=dict(size=13)), meta=key)
     return fig
 
 
