@@ -49,7 +49,53 @@ VPS = [
     ("moved", ["family", "office", "business", "studio"], ["to {place}", "in {year}", ""]),
     ("gave", ["money", "library", "collection", "house"], ["to the city", "to a museum", "to charity"]),
     ("never met", ["father", "mother", "cousins", "grandparents", "brother", "sister"], ["", "again"]),
+    ("opened", ["first shop", "own school", "restaurant", "studio", "first gallery"], ["in {place}", "in {year}", ""]),
+    ("kept", ["diary", "promise", "job", "title", "house", "notes"], ["for years", "until {year}", ""]),
+    ("changed", ["name", "mind", "plans", "will"], ["in {year}", "after the war", ""]),
+    ("raised", ["children", "family"], ["in {place}", "alone", ""]),
+    ("visited", ["parents", "home town", "old school", "grandparents"], ["in {year}", "every summer", ""]),
+    ("broke", ["arm", "leg", "promise", "record"], ["in {year}", "in {place}", ""]),
+    ("dedicated", ["book", "album", "research", "symphony"], ["to the poor", "to a friend", "to the city", ""]),
+    ("built", ["house", "reputation", "first boat", "workshop"], ["in {place}", "in {year}", ""]),
+    ("gave up", ["job", "seat", "studies", "claim to the throne"], ["in {year}", "after the war", ""]),
+    ("inherited", ["fortune", "title", "estate", "land"], ["in {year}", ""]),
+    ("earned", ["living", "degree", "first salary"], ["as a {job}", "in {place}", ""]),
+    ("led", ["team", "party", "troops", "company"], ["in {year}", "to victory", ""]),
+    ("returned to", ["home town", "studies", "old job", "family"], ["in {year}", "after the war", ""]),
+    ("devoted", ["time", "fortune", "energy", "last years"], ["to the poor", "to science", "to music", "to the church"]),
+    ("defended", ["title", "thesis", "record"], ["in {year}", "in {place}", ""]),
+    ("made", ["fortune", "home", "money"], ["in {place}", "in {year}", "abroad"]),
+    ("ran", ["own business", "farm", "household", "shop"], ["in {place}", "for years", ""]),
+    ("hid", ["money", "letters", "papers"], ["in the attic", "from the police", ""]),
+    ("repaired", ["roof", "car", "bicycle", "boat"], ["in {year}", "before winter", ""]),
 ]
+# (past, base) of the VPS verbs: "decided to sell [MASK] house"
+BASE = {"spent": "spend", "began": "begin", "wrote": "write", "published": "publish", "lost": "lose", "sold": "sell",
+        "announced": "announce", "finished": "finish", "left": "leave", "painted": "paint", "recorded": "record",
+        "won": "win", "thanked": "thank", "moved": "move", "gave": "give", "opened": "open", "kept": "keep",
+        "changed": "change", "raised": "raise", "visited": "visit", "broke": "break", "dedicated": "dedicate",
+        "built": "build", "gave up": "give up", "inherited": "inherit", "earned": "earn", "led": "lead",
+        "returned to": "return to", "devoted": "devote", "defended": "defend", "made": "make", "ran": "run",
+        "hid": "hide", "repaired": "repair"}
+CHAINS = ["decided to", "refused to", "went on to", "hoped to", "tried to", "agreed to", "was forced to",
+          "chose to", "later began to", "managed to"]
+# fronted subordinate clauses and phrases around the distractors {d}; {o}: the subject's object pronoun
+FRONTED_CLAUSES = ["when {d} died", "after {d} died", "although {d} wanted {o} to become a {job}",
+                   "despite warnings from {d}", "against the advice of {d}", "without telling {d}",
+                   "encouraged by {d}", "trained by {d}", "with the help of {d}", "at the request of {d}",
+                   "on the advice of {d}", "whatever {d} said", "though {d} objected", "after the death of {d}",
+                   "years after the death of {d}", "when {d} left {place}", "while {d} {be} away",
+                   "once {d} had gone", "in a letter to {d}", "to the surprise of {d}", "inspired by {d}",
+                   "before {d} arrived", "because {d} disapproved"]
+FRONTED_ONE = ["before marrying {d}", "after divorcing {d}", "soon after meeting {d}"]
+ADV_FRONT = ["after the war", "in later life", "at the age of {age}", "early in {year}", "by {year}",
+             "after years abroad", "in the spring of {year}", "during the war", "as a student in {place}"]
+# post-modifiers of the subject (read like appositions: the subject is the first segment)
+PERSON_PARTICIPLES = ["raised by", "trained by", "coached by", "advised by", "accompanied by", "joined by", "led by",
+               "cared for by", "taught by", "employed by", "encouraged by", "supported by", "helped by"]
+APPOS_MORE = ["the only child of", "the eldest child of", "the youngest child of", "a descendant of",
+              "a former aide to", "the heir of", "a {job} trained by", "a {job} hired by", "a distant cousin of",
+              "a classmate of", "an admirer of", "a former pupil of"]
 JOBS = ["teacher", "lawyer", "nurse", "clerk", "journalist", "soldier", "singer", "painter", "doctor", "farmer",
         "engineer", "printer", "banker", "sailor", "writer"]
 PLACES = ["london", "paris", "rome", "vienna", "boston", "dublin", "madrid", "berlin", "kent", "ohio",
@@ -68,9 +114,11 @@ FIRST_VPS = ["{be} born in {place}", "grew up in {place}", "moved to {place} in 
              "returned to {place}", "trained as a {job}", "worked as a {job}", "retired in {year}",
              "{be} elected in {year}", "travelled to {place}", "settled in {place}", "{be} married in {year}"]
 PLURAL_PEOPLE = ["sisters", "brothers", "students", "soldiers", "players", "twins", "children", "girls",
-                 "boys", "actors", "actresses", "monks", "nuns", "settlers", "farmers", "singers", "pupils"]
+                 "boys", "actors", "actresses", "monks", "nuns", "settlers", "farmers", "singers", "pupils",
+                 "bachelors", "widows", "cousins", "friends", "nurses", "miners", "villagers", "workers", "neighbours"]
 PLURAL_SEX = {"sisters": "f", "brothers": "m", "girls": "f", "boys": "m", "actresses": "f", "actors": "m",
-              "monks": "m", "nuns": "f"}
+              "monks": "m", "nuns": "f", "bachelors": "m", "widows": "f"}
+PLURAL_DET = ["the", "the", "the two", "the three", "the young", "the old", "both", "the four"]
 
 
 @dataclass
@@ -115,49 +163,71 @@ def _person(rng, lists: Lists, sex: str) -> str:
     return "the " + adj + noun
 
 
-def _people(rng, lists: Lists, sex: str, k: int) -> str:
+def _people(rng, lists: Lists, sex: str, k: int, poss: str = "") -> str:
     # a distractor is now and then named by a surname alone ("after meeting picasso"): whoever it is,
-    # it is not the subject
-    ps = [rng.choice(lists.surnames) if rng.random() < 0.12 else _person(rng, lists, sex) for _ in range(k)]
+    # it is not the subject; with `poss` (the subject's possessive), now and then a relative of the
+    # subject's ("her father", "his sisters")
+    def one():
+        r = rng.random()
+        if poss and r < 0.3:
+            kin = rng.choice(KIN[sex])
+            return f"{poss} {kin if rng.random() < 0.8 else L.plural(kin)}"
+        return rng.choice(lists.surnames) if r < 0.4 else _person(rng, lists, sex)
+    ps = [one() for _ in range(k)]
     return ps[0] if k == 1 else " , ".join(ps[:-1]) + " and " + ps[-1]
 
 
-def pronoun_item(rng, lists: Lists) -> dict:
-    plural = rng.random() < 0.15
-    k = rng.choices([0, 1, 2, 3, 4], weights=[2, 3, 3, 2, 1])[0]
-    if plural:
-        if rng.random() < 0.5:
-            noun = rng.choice(PLURAL_PEOPLE)
-            subj = "the " + noun
-            other = "m" if PLURAL_SEX.get(noun) == "f" else "f" if PLURAL_SEX.get(noun) == "m" else rng.choice("mf")
-        else:
-            subj = _person(rng, lists, "m") + " and " + _person(rng, lists, "f")
-            other = rng.choice("mf")
-        answer, wrong = "their", "his" if other == "m" else "her"
-    else:
-        sex = rng.choice("mf")
-        subj = _person(rng, lists, sex)
-        other = "f" if sex == "m" else "m"
-        answer, wrong = ("his", "her") if sex == "m" else ("her", "his")
+def _vp(rng, plural: bool) -> str:
     verb, objs, conts = rng.choice(VPS)
     obj = rng.choice(objs)
     quant = ""
     if rng.random() < 0.2 and obj.endswith("s"):
         quant = rng.choice(["most of ", "many of ", "some of ", "all of "])
     elif rng.random() < 0.2 and obj in ("childhood", "youth", "career", "fortune", "money", "work", "collection",
-                                         "retirement", "training", "working life"):
+                                         "retirement", "training", "working life", "time", "energy", "land"):
         quant = rng.choice(["most of ", "much of ", "part of "])
-    vp = f"{verb} {quant}[MASK] {obj} {_fill(rng, rng.choice(conts))}".strip()
+    elif rng.random() < 0.1 and " " not in obj:
+        obj = "own " + obj
+    if verb in BASE and rng.random() < 0.2:
+        chain = rng.choice(CHAINS)
+        if plural:
+            chain = chain.replace("was forced", "were forced")
+        verb = f"{chain} {BASE[verb]}"
+    return f"{verb} {quant}[MASK] {obj} {_fill(rng, rng.choice(conts))}".strip()
+
+
+def pronoun_item(rng, lists: Lists) -> dict:
+    plural = rng.random() < 0.25
+    k = rng.choices([0, 1, 2, 3, 4], weights=[2, 3, 3, 2, 1])[0]
+    if plural:
+        if rng.random() < 0.6:
+            noun = rng.choice(PLURAL_PEOPLE)
+            subj = rng.choice(PLURAL_DET) + " " + noun
+            other = "m" if PLURAL_SEX.get(noun) == "f" else "f" if PLURAL_SEX.get(noun) == "m" else rng.choice("mf")
+        else:
+            subj = _person(rng, lists, "m") + " and " + _person(rng, lists, "f")
+            other = rng.choice("mf")
+        answer, wrong = "their", "his" if other == "m" else "her"
+        poss, obj_pron = "their", "them"
+    else:
+        sex = rng.choice("mf")
+        subj = _person(rng, lists, sex)
+        other = "f" if sex == "m" else "m"
+        answer, wrong = ("his", "her") if sex == "m" else ("her", "his")
+        poss, obj_pron = answer, ("him" if sex == "m" else "her")
+    vp = _vp(rng, plural)
     if k == 0:
-        kind = rng.choice(["simple", "year", "adv", "coord"])
+        kind = rng.choice(["simple", "year", "adv", "adv", "coord"])
         first = _fill(rng, rng.choice(FIRST_VPS).replace("{be}", "were" if plural else "was"))
+        front = rng.choice(ADV_FRONT).replace("{age}", str(rng.randint(12, 80)))
         head = {"simple": subj, "year": f"in {rng.randint(1500, 2020)} , {subj}",
-                "adv": f"{subj} {rng.choice(['later', 'soon', 'finally', 'eventually', 'then', 'reluctantly'])}",
+                "adv": rng.choice([f"{subj} {rng.choice(['later', 'soon', 'finally', 'eventually', 'then', 'reluctantly'])}",
+                                   f"{_fill(rng, front)} , {subj}"]),
                 "coord": f"{subj} {first} and"}[kind]
         text = f"{head} {vp} ."
     else:
-        kind = rng.choice(["rc", "rc", "whose", "appos", "fronted"])
-        ds = _people(rng, lists, other, k)
+        kind = rng.choice(["rc", "rc", "whose", "appos", "appos", "fronted", "clause", "clause", "participle"])
+        ds = _people(rng, lists, other, k, poss if kind in ("clause", "participle", "fronted") else "")
         if kind == "rc":
             text = f"{subj} , who {rng.choice(WITH_VERBS)} {ds} , {vp} ."
         elif kind == "whose":
@@ -168,7 +238,16 @@ def pronoun_item(rng, lists: Lists) -> dict:
             verb_agree = tail if k == 1 else tail.replace("was a {job}", "were {job}s")
             text = f"{subj} , whose {who} {_fill(rng, verb_agree)} , {vp} ."
         elif kind == "appos" and not plural:
-            text = f"{subj} , {rng.choice(APPOS)} {ds} , {vp} ."
+            text = f"{subj} , {_fill(rng, rng.choice(APPOS + APPOS_MORE))} {ds} , {vp} ."
+        elif kind == "participle":
+            kind = "appos"  # a post-modifier of the subject, read like an apposition
+            text = f"{subj} , {rng.choice(PERSON_PARTICIPLES)} {ds} , {vp} ."
+        elif kind == "clause":
+            kind = "fronted"
+            frames = FRONTED_CLAUSES + (FRONTED_ONE if k == 1 else [])
+            frame = rng.choice(frames).replace("{be}", "was" if k == 1 else "were")
+            frame = frame.replace("{o}", obj_pron).replace("{d}", ds)
+            text = f"{_fill(rng, frame)} , {subj} {vp} ."
         else:
             kind = "fronted"
             where = f" {rng.choice(['in', 'at', 'near'])} {rng.choice(PLACES)}" if rng.random() < 0.3 else ""
