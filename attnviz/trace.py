@@ -7,7 +7,9 @@ layer outputs and attention are compared with the model's, and the error is kept
 """
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
@@ -256,13 +258,13 @@ def trace(lm: LoadedModel, text_or_enc, dtype: torch.dtype = torch.float32, max_
                 r = layer_forward(w, x, rope=rope)
                 r = r.first()
                 tr_layers.append(r)
-                fx.append(per_head_vectors(w, r.v))
                 ref = hs[li + 1]
                 mine = r.resid_out
                 if li == L - 1 and lm.arch.final_norm is not None:
                     mine = apply_norm(mine, lm.arch.final_norm if dtype == torch.float32 else _cast_norm(lm.arch.final_norm, dtype))
                 errs.append(_rel(mine.float(), ref.float()))
                 attn_err = max(attn_err, float((r.probs.float() - atts[li].float()).abs().max()))
+        fx = HeadVectors(weights, tr_layers)
     else:
         weights = []
     return Trace(lm=lm, enc=enc, layers=tr_layers, fx=fx, weights=weights, hidden_states=hs, attentions=atts,
@@ -272,6 +274,36 @@ def trace(lm: LoadedModel, text_or_enc, dtype: torch.dtype = torch.float32, max_
 def _cast_norm(nrm, dtype):
     from .models.forward import cast_norm
     return cast_norm(nrm, dtype)
+
+
+FX_KEEP_BYTES = int(float(os.environ.get("ATTNVIZ_FX_KEEP_MB", "1024")) * 2 ** 20)
+
+
+class HeadVectors(Sequence):
+    """Trace.fx: for each layer the per-head transformed value vectors f^h(x_j) = v^h_j W_O^h, [H, n, d].
+
+    Computed for every layer at once and kept while all of them fit in FX_KEEP_BYTES (1 GiB, or
+    ATTNVIZ_FX_KEEP_MB); above that each layer's are computed again when asked and not kept, so a
+    long text on a big model never holds L·H·n·d floats (1.2 B-parameter Llama shape at 1024 tokens:
+    5.9 GB). Both ways give the same numbers (one function, per_head_vectors, on the same inputs)."""
+
+    def __init__(self, weights: list, layers: list, keep_bytes: Optional[int] = None):
+        self._w, self._layers = weights, layers
+        keep_bytes = FX_KEEP_BYTES if keep_bytes is None else keep_bytes
+        size = sum(w.n_heads * r.v.shape[-2] * w.wo.shape[-1] * r.v.element_size() for w, r in zip(weights, layers))
+        self.kept = size <= keep_bytes
+        self._fx = [per_head_vectors(w, r.v) for w, r in zip(weights, layers)] if self.kept else None
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def __getitem__(self, l):
+        if isinstance(l, slice):
+            return [self[i] for i in range(*l.indices(len(self)))]
+        if self._fx is not None:
+            return self._fx[l]
+        with torch.inference_mode():
+            return per_head_vectors(self._w[l], self._layers[l].v)
 
 
 def per_head_vectors(w, v: torch.Tensor) -> torch.Tensor:

@@ -315,3 +315,29 @@ def test_alti_chunked_against_full_vectors(tr64, family, monkeypatch):
                     ref[i] /= ref[i].sum()
             np.testing.assert_allclose(C, ref, atol=1e-12)
             assert abs(err - alti.layer_contributions(tr, l)[1]) < 1e-12
+
+
+# ------------------------------------------------------------------ per-head vectors of a long text
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_head_vectors_recomputed_above_the_memory_limit(tokenizer, family, monkeypatch):
+    """Above ATTNVIZ_FX_KEEP_MB a trace keeps no per-head vectors f^h(x_j) and computes a layer's when
+    asked: they equal the plain formula (v^h_j W_O^h head by head), and every map and ratio that
+    reads them equals the one from a trace that keeps them."""
+    import attnviz.trace as T
+    from attnviz.methods import alti, decompx
+
+    lm = _model(tokenizer, family, scale=6.0)
+    kept = trace(lm, TEXT, dtype=torch.float64)
+    monkeypatch.setattr(T, "FX_KEEP_BYTES", 0)
+    lazy = trace(lm, TEXT, dtype=torch.float64)
+    assert kept.fx.kept and not lazy.fx.kept and len(lazy.fx) == len(kept.fx) == lm.n_layers
+    for l in range(lm.n_layers):
+        ref = torch.stack([torch.stack(row) for row in _f_plain(lazy, l)])
+        torch.testing.assert_close(lazy.fx[l].double(), ref, rtol=1e-12, atol=1e-12)
+    assert len(lazy.fx[1:]) == lm.n_layers - 1
+    for m in (value_norm, attn_res, attn_res_ln, globenc, alti, decompx):
+        a, b = m.compute(kept), m.compute(lazy)
+        np.testing.assert_array_equal(a.layer, b.layer)
+    ra, rb = mixing.ratios(kept), mixing.ratios(lazy)
+    for k in ra:
+        np.testing.assert_array_equal(ra[k], rb[k])
