@@ -648,43 +648,53 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, dist, it, 
     list, not the whole level, and restoring R after the pair touches those edges only.
 
     The first phase runs on the layers themselves (every edge goes one level down, so no search
-    is needed); later phases search the residual graph breadth-first, each level keeping a list
+    is needed, and without causal trimming every level is one class whose chain, the order perm,
+    is computed once per call, not per pair); later phases search the residual graph breadth-first, each level keeping a list
     of its unlabelled nodes (un, cnt) so a node scans only those. Blocking flow: depth-first from
     the source, each frame k asking its node for up to lim[k] and pushing it on through several
     arcs in turn: first the node's own column edge (dg: not tried yet), then the nodes of the level
     below at distance d + 1 in the order perm (by decreasing column capacity), reached through a
     chain nxs of the nodes of equal distance with blocked nodes spliced out (path compression), so
-    a blocked node is not looked at again; then the reverse arcs from fin. Residuals and flows
+    a blocked node is not looked at again; then the reverse arcs from fin. A level-1 node pushes into
+    the sink's edge itself (no frame for the sink). Residuals and flows
     <= eps count as 0. st: phases, arc flow updates, pairs stopped at target, search pops, search
     arc checks, push arc checks."""
     n = Ares.shape[1]
     nl = l + 2
+    nxs0 = np.empty((nl, n), np.int64)
+    for m in range(nl):
+        for p in range(n):
+            flen[m, p] = 0
+    for e in range(1, l + 1):
+        for x in range(n - 1):
+            nxs0[e, perm[e, x]] = perm[e, x + 1]
+        nxs0[e, perm[e, n - 1]] = n
     for t in range(I.shape[0]):
         i = I[t]
         j = J[t]
         lo = j if causal else 0
         hi = i + 1 if causal else n
-        for m in range(nl):
-            for p in range(lo, hi):
-                flen[m, p] = 0
         val = 0.0
         tgt = target[t]
         phase = 0
         while val < tgt:
-            for m in range(nl):
+            if phase == 0:  # the levels are the layers: no reset, no search
                 for p in range(lo, hi):
-                    dist[m, p] = -1
-            dist[0, j] = -1
-            if phase == 0:
+                    dist[0, p] = -1
+                    dist[l + 1, p] = -1
                 for m in range(1, l + 1):
                     for p in range(lo, hi):
                         dist[m, p] = l + 1 - m
                 dist[l + 1, i] = 0
                 dist[0, j] = l + 1
             else:
+                for p in range(lo, hi):
+                    dist[0, p] = -1
+                    dist[l + 1, p] = -1
                 for m in range(1, l + 1):
                     c = 0
                     for p in range(lo, hi):
+                        dist[m, p] = -1
                         un[m, c] = p
                         c += 1
                     cnt[m] = c
@@ -739,7 +749,12 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, dist, it, 
             phase += 1
             st[0] += 1
             # class chains: nxs[e, p] = next position after p at level e with the same distance
-            for e in range(1, l + 1):
+            if phase == 1 and not causal:  # the first phase: every level is one class, in perm order
+                for e in range(1, l + 1):
+                    for p in range(n):
+                        nxs[e, p] = nxs0[e, p]
+                    hd[e, l + 1 - e] = perm[e, 0]
+            for e in range(1 if (phase > 1 or causal) else l + 1, l + 1):
                 for p in range(lo, hi):
                     dv = dist[e, p]
                     if dv >= 0:
@@ -836,16 +851,28 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, dist, it, 
                     if it[m, p] < hi:
                         st[5] += 1
                         if dist[0, j] == d + 1 and R[0, p, j] > eps:
+                            # the sink's edge: pushed here, without a frame for the sink
                             rr = R[0, p, j]
                             c = lim[k] - used[k]
-                            pa[k] = j
-                            pm[k + 1] = 0
-                            pp[k + 1] = j
-                            ask[k + 1] = rr if rr < c else c
-                            lim[k + 1] = ask[k + 1]
-                            used[k + 1] = 0.0
-                            k += 1
-                            continue
+                            x = rr if rr < c else c
+                            rr -= x
+                            if rr <= eps:
+                                rr = 0.0
+                            R[0, p, j] = rr
+                            if not inl[0, j, p]:
+                                inl[0, j, p] = True
+                                fin[0, j, flen[0, j]] = p
+                                flen[0, j] += 1
+                            used[k] += x
+                            st[1] += 1
+                            if used[k] >= lim[k]:
+                                if rr <= eps:
+                                    it[m, p] = hi
+                                if k == 0:
+                                    break
+                                ret = used[k]
+                                k -= 1
+                                continue
                         it[m, p] = hi
                 else:
                     e = m - 1
@@ -935,3 +962,4 @@ def _maxflow_kernel(Ares, l, I, J, causal, perm, target, eps, out, R, dist, it, 
                     r = fin[m, p, x]
                     R[m, r, p] = Ares[m, r, p]
                     inl[m, p, r] = False
+                flen[m, p] = 0
