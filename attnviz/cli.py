@@ -247,12 +247,9 @@ def cmd_study(args) -> int:
     if args.engine == "ray" and args.device != "cpu":
         raise InputError(f"--device {args.device} applies to --engine local; with --engine ray give --gpus-per-worker "
                          "(each actor then runs on its GPU)")
-    from .models.load import resolve_device
-
-    resolve_device(args.device)  # a device this machine lacks is said before the data is read
     items = read_data(args.data, args.n)
     _quiet_loading()
-    lm = attnviz.load_model(args.model, device=args.device)
+    lm = attnviz.load_model(args.model, device=args.device)  # a missing GPU: one line, before the study starts
     bar = None
 
     def progress(done, total):
