@@ -222,6 +222,41 @@ def test_compiled_dinic_threads_and_restoring_equal_plain(make, L, n, seed):
 
 
 @needs_numba
+@pytest.mark.parametrize("workers", [1, 2])
+def test_compiled_rounds_report_progress_within_a_layer_and_stop_at_cancel(monkeypatch, workers):
+    """The compiled path runs a layer's open pairs in rounds and reports progress after each: with
+    rounds of 3 pairs per thread the reports come many times per layer, never go back, end at 1, and
+    the values still equal the plain igraph max-flow; an exception raised by the progress callback
+    (the app's Cancelled) stops the work at that report: no later report, no result."""
+    monkeypatch.setattr(flow_module, "ROUND_PAIRS", 3)
+    A = _dense(5, 12, 21)
+    ref = _plain_igraph(A)
+    seen = []
+    stats = {}
+    ours = flow(A, normalize=False, workers=workers, progress=seen.append, stats=stats)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-9)
+    open_layers = 3  # layers 3..5 (0-based 2..4) may leave pairs to max-flow; 1-2 are closed forms
+    assert stats["maxflow_pairs"] > 3 * workers * open_layers
+    assert len(seen) > A.shape[0] + stats["maxflow_pairs"] // (3 * workers) - open_layers
+    assert all(b >= a for a, b in zip(seen, seen[1:])) and seen[-1] == pytest.approx(1.0)
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def cancel_at_fourth_report(f):  # layers 1 and 2 report once each, then layer 3's rounds
+        calls.append(f)
+        if len(calls) == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        flow(A, normalize=False, workers=workers, progress=cancel_at_fourth_report)
+    total = sum(range(1, A.shape[0] + 1))  # layer l counts l + 1 (0-based) in flow's progress
+    assert len(calls) == 4 and 3 / total < calls[-1] < 6 / total  # stopped inside layer 3, not after it
+
+
+@needs_numba
 def test_compiled_bounds_equal_numpy_bounds():
     """The compiled bounds are the numpy bounds' formulas (written as [n, n, n] arrays there), and
     both bound the plain igraph max-flow from below and above, computed from exact flows below."""

@@ -56,19 +56,29 @@ _CAUSAL_FACTOR = 1 / 15
 
 def estimate_seconds(L: int, n: int, layers: Optional[Iterable[int]] = None, workers: int = 1,
                      causal: bool = False) -> float:
-    """Rough serial cost of flow for L layers x n tokens (only `layers`, 0-based, if given)."""
-    layers = range(L) if layers is None else layers
-    work = sum(n * n * (l + 1) * n * n for l in layers)
+    """Rough cost in seconds of flow for L layers x n tokens (only `layers`, 0-based, if given), shown
+    before a long run and used to decide where flow is offered at all (schedule.limit_reason).
+
+    Compiled kernels: about c * n^3 * (layers counted), where the layers above the second count
+    (layers 1-2 are closed form) but at most four of them: the bounds settle most pairs of the upper
+    layers, so 30 causal layers of SmolLM2 cost what 6 of MiniLM cost. Measured (2026-11-25,
+    bench/flow_estimate.py's paragraphs, two threads on a machine with one other busy process):
+    MiniLM 64 / 96 / 128 / 192 / 256 / 384 / 512 tokens 0.70 / 2.34 / 5.47 / 16.8 / 37.3 / 127 / 366 s,
+    SmolLM2 64 / 96 / 128 tokens 0.75 / 2.22 / 5.34 s; c is the largest of t / (4 n^3) over these
+    (6.8e-7, at 512 tokens), rounded up. The built-in 6-layer model takes about a fifth of this. On
+    two free cores the time is about half.
+    The igraph path (no numba) keeps its per-pair-edge rate."""
+    layers = list(range(L)) if layers is None else list(layers)
     if USE_COMPILED and importlib.util.find_spec("numba") is not None:
-        # compiled kernels (bench/scale_flow.py, same attention, one thread): SmolLM2 128 tokens
-        # 2.1x, MiniLM 128 tokens 5.7x faster than the igraph path; threads are not counted (no
-        # gain measured on a loaded 2-core machine)
-        return work * _SECONDS_PER_PAIR_EDGE_COMPILED * (_CAUSAL_FACTOR_COMPILED if causal else 1.0)
+        top = max(layers) + 1 if layers else 0  # every layer below the highest asked is solved too
+        counted = min(max(top - 2, 0), _LAYERS_COUNTED_COMPILED)
+        return _SECONDS_PER_CUBE_COMPILED * float(n) ** 3 * counted + 1e-7 * n * n * top
+    work = sum(n * n * (l + 1) * n * n for l in layers)
     return work * _SECONDS_PER_PAIR_EDGE / max(1, workers) * (_CAUSAL_FACTOR if causal else 1.0)
 
 
-_SECONDS_PER_PAIR_EDGE_COMPILED = 5e-9
-_CAUSAL_FACTOR_COMPILED = 1 / 12  # SmolLM2: ~46 s measured at 128 tokens, 0.5 s at 32 (loaded machine)
+_SECONDS_PER_CUBE_COMPILED = 7.0e-7  # MiniLM 512 tokens: 366 s = 6.8e-7 * 512^3 * 4
+_LAYERS_COUNTED_COMPILED = 4
 
 
 def _is_causal(Ares: np.ndarray) -> bool:
@@ -336,10 +346,12 @@ def _maxflow_pairs(Ares: np.ndarray, l: int, pairs, target, kern, threads: int =
     return out
 
 
-def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1):
+def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1, tick=None):
     """Run the Dinic kernel on pairs (I, J) of layer l, results into out[idx]. threads > 1: the
     pairs are dealt out in turn to that many threads (the kernel releases the GIL), each with its
-    own work arrays."""
+    own work arrays. The pairs go in rounds of ROUND_PAIRS per thread; after each round
+    tick(fraction of the pairs done) is called in the calling thread (progress, and the place where
+    a Cancelled raised by it stops the work: within one round, well under a second at 128 tokens)."""
     n = Ares.shape[-1]
     Ac = np.ascontiguousarray(Ares[: l + 1], dtype=np.float64)
     vals = np.empty(len(I))
@@ -348,34 +360,84 @@ def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1
     # the order the push tries the nodes of a level: by decreasing capacity into them
     perm = np.ascontiguousarray(np.argsort(-Ac.sum(1), axis=-1, kind="stable"))
 
-    def chunk(sel):
-        R = Ac.copy()
-        it, itu, dg, nxs, flen, un = (np.zeros((nl, n), np.int64) for _ in range(6))
-        dist = np.full((nl, n), -1, np.int64)
+    def work_arrays():
         size = nl * n + 2
-        hd = np.empty((nl, size), np.int64)
-        fin = np.empty((nl, n, n), np.int32)
-        inl = np.zeros((nl, n, n), np.bool_)
-        cnt = np.zeros(nl, np.int64)
-        qm, qp, pm, pp, pa = (np.empty(size, np.int64) for _ in range(5))
-        lim, used, ask = (np.empty(size + 1) for _ in range(3))
+        return dict(R=Ac.copy(), dist=np.full((nl, n), -1, np.int64),
+                    it=np.zeros((nl, n), np.int64), itu=np.zeros((nl, n), np.int64),
+                    dg=np.zeros((nl, n), np.int64), nxs=np.zeros((nl, n), np.int64),
+                    hd=np.empty((nl, size), np.int64), fin=np.empty((nl, n, n), np.int32),
+                    flen=np.zeros((nl, n), np.int64), inl=np.zeros((nl, n, n), np.bool_),
+                    qm=np.empty(size, np.int64), qp=np.empty(size, np.int64), pm=np.empty(size, np.int64),
+                    pp=np.empty(size, np.int64), pa=np.empty(size, np.int64), lim=np.empty(size + 1),
+                    used=np.empty(size + 1), ask=np.empty(size + 1), un=np.zeros((nl, n), np.int64),
+                    cnt=np.zeros(nl, np.int64))
+
+    def chunk(job):
+        sel, w = job  # the kernel restores R and clears its lists after every pair: w is reused as it is
         v = np.empty(len(sel))
         st = np.zeros(6, np.int64)
-        kern[2](Ac, l, I[sel], J[sel], causal, perm, target[sel], MAXFLOW_EPS, v, R, dist, it, itu, dg, nxs, hd, fin,
-                flen, inl, qm, qp, pm, pp, pa, lim, used, ask, un, cnt, st)
+        kern[2](Ac, l, I[sel], J[sel], causal, perm, target[sel], MAXFLOW_EPS, v, w["R"], w["dist"], w["it"],
+                w["itu"], w["dg"], w["nxs"], w["hd"], w["fin"], w["flen"], w["inl"], w["qm"], w["qp"], w["pm"],
+                w["pp"], w["pa"], w["lim"], w["used"], w["ask"], w["un"], w["cnt"], st)
         vals[sel] = v
         return st
 
     threads = max(1, min(int(threads), len(I) // 64 or 1))
+    shares = [np.arange(c, len(I), threads) for c in range(threads)]  # pairs dealt out in turn
+    total = max(1, len(I))
     if threads == 1:
-        st = chunk(np.arange(len(I)))
-    else:
-        from concurrent.futures import ThreadPoolExecutor
+        w = work_arrays()
+        st = np.zeros(6, np.int64)
+        for a in range(0, len(I), ROUND_PAIRS):
+            st += chunk((shares[0][a:a + ROUND_PAIRS], w))
+            if tick is not None:
+                tick(min(a + ROUND_PAIRS, len(I)) / total)
+        out[idx] = vals
+        return st
+    # each thread works through its share in rounds without waiting for the others; after every
+    # round it posts the count, and this thread reports progress (a Cancelled raised by tick sets
+    # `stop`, every thread ends its round and stops, then the Cancelled goes on up)
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(threads) as ex:
-            st = sum(ex.map(chunk, [np.arange(c, len(I), threads) for c in range(threads)]))
+    posts: "queue.Queue" = queue.Queue()
+    stop = threading.Event()
+
+    def share(c):
+        st = np.zeros(6, np.int64)
+        try:
+            w = work_arrays()
+            for a in range(0, len(shares[c]), ROUND_PAIRS):
+                if stop.is_set():
+                    break
+                sel = shares[c][a:a + ROUND_PAIRS]
+                st += chunk((sel, w))
+                posts.put(len(sel))
+        finally:
+            posts.put(None)
+        return st
+
+    with ThreadPoolExecutor(threads) as ex:
+        futures = [ex.submit(share, c) for c in range(threads)]
+        running, done = threads, 0
+        try:
+            while running:
+                got = posts.get()
+                if got is None:
+                    running -= 1
+                    continue
+                done += got
+                if tick is not None:
+                    tick(done / total)
+        except BaseException:
+            stop.set()
+            raise
+        st = sum(f.result() for f in futures)
     out[idx] = vals
     return st
+
+
+ROUND_PAIRS = 1024  # pairs per thread between two progress reports of flow's compiled path
 
 
 def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1):
@@ -431,8 +493,12 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1)
             if len(I):
                 up = upper[I, J]
                 v = np.empty(len(I))
+                tick = None
+                if progress:
+                    def tick(f, base=done, part=l + 1):
+                        progress((base + part * f) / total_work)
                 kst += _maxflow_run(Ares, l, I.astype(np.int64), J.astype(np.int64), causal, up - CERTIFY_TOL,
-                                    v, np.arange(len(I)), kern, threads)
+                                    v, np.arange(len(I)), kern, threads, tick)
                 F[l, I, J] = np.where(v >= up - CERTIFY_TOL, up, v)
         done += l + 1
         if progress:
