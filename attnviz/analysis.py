@@ -22,9 +22,9 @@ def _long_input(n: int) -> Optional[str]:
     if n <= DEFAULT_MAX_TOKENS:
         return None
     fast = [i.label for i in METHODS.values() if i.cost in ("pairs", "flow")]
-    return (f"{n} tokens is more than the usual {DEFAULT_MAX_TOKENS}: the maps cost grows with n^2 ({', '.join(fast)} "
-            f"faster), about {(n / DEFAULT_MAX_TOKENS) ** 2:.0f}x the time and memory of a "
-            f"{DEFAULT_MAX_TOKENS}-token text, which can mean minutes and gigabytes; shorten the text or ask for fewer methods")
+    return (f"{n} tokens is more than the usual {DEFAULT_MAX_TOKENS}: the maps' cost grows with n² (about "
+            f"{(n / DEFAULT_MAX_TOKENS) ** 2:.0f}x the time and memory of a {DEFAULT_MAX_TOKENS}-token text), and faster "
+            f"for {', '.join(fast)}, which can mean minutes and gigabytes; shorten the text or ask for fewer methods")
 
 
 def _nonfinite(maps: dict, mix: dict, pred: list) -> list:

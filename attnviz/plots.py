@@ -253,6 +253,18 @@ def auto_columns(k: int, labels: Sequence[str], titles: Sequence[str], cbar_titl
     return int(max(1, min(k, (room + gap_px) // (need + gap_px))))
 
 
+LONG_MAP_PX = 840  # the tallest a map gets (60 rows at TICK_PX); longer texts label every k-th row
+
+
+def row_ticks(n: int, every: int, target: Optional[int] = None) -> list:
+    """The rows (or columns) to label on a long map: every `every`-th from 0 and the target's, leaving
+    out the regular ones closer than `every` to the target so that no two labels overlap."""
+    keep = set(range(0, n, every))
+    if target is not None and 0 <= target < n:
+        keep = {i for i in keep if abs(i - target) >= every} | {target}
+    return sorted(keep)
+
+
 def _log_ticks(lo: float, hi: float):
     """Decade ticks between log10 values lo and hi -> (tickvals, ticktext)."""
     import math
@@ -293,7 +305,14 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     # ---- vertical layout in pixels
     n_title_lines = max((str(t).count("<br>") + 1 for t in titles), default=1)
     T = 8 + 18 * n_title_lines  # panel title
-    P = int(max(TICK_PX * n, min(380, 24 * n)))  # the map itself
+    # the map itself: TICK_PX a row, every row labelled, up to LONG_MAP_PX; a longer text gets a map
+    # of LONG_MAP_PX with every k-th row labelled (and the target's), so it stays a picture, not a strip
+    P = int(max(TICK_PX * n, min(380, 24 * n)))
+    every_row = 1
+    if P > LONG_MAP_PX:
+        P = LONG_MAP_PX
+        every_row = -(-TICK_PX * n // LONG_MAP_PX)
+    cell_gap = 1 if n <= 64 else 0  # a 1 px gap between cells of 1-3 px would hide the map
     X = int(max((_text_px(l, LABEL_CHAR_PX) for l in labels), default=0)) + 14  # x tick labels, read downwards
     XT = 24  # x axis title
     C = 58  # colour bar: title, bar, tick labels
@@ -326,7 +345,7 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
         finite = M[np.isfinite(M)]
         hover = hover_titles[c] + "<br>row (receives): %{y}<br>column (source): %{x}<br>" + value_names[c]
         hm = dict(type="heatmap", x=labels, y=labels, name=str(hover_titles[c]), xaxis="x" + ax, yaxis="y" + ax,
-                  xgap=1, ygap=1)
+                  xgap=cell_gap, ygap=cell_gap)
         cbar = dict(orientation="h", x=(x0 + x1) / 2, xanchor="center", y=py(y_top + P + X + XT + 2),
                     yanchor="top", yref="paper", len=w * 0.96, lenmode="fraction", thickness=10,
                     tickfont=dict(size=9), ypad=0, xpad=0,
@@ -365,7 +384,11 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
                  anchor="x" + ax, domain=[y0, y1])
         if first_in_row:
             y.update(title=dict(text="receiving (row i)", font=dict(size=11), standoff=6))
-            if ticktext is not None:
+            if every_row > 1:
+                rows = row_ticks(n, every_row, target)
+                y.update(tickmode="array", tickvals=[labels[i] for i in rows],
+                         ticktext=[(ticktext or labels)[i] for i in rows])
+            elif ticktext is not None:
                 y.update(tickmode="array", tickvals=labels, ticktext=ticktext)
         else:  # the row's first panel carries the labels
             y.update(matches="y" + ("" if r * ncol == 0 else str(r * ncol + 1)), showticklabels=False)

@@ -459,6 +459,17 @@ def test_token_strip_in_app(app_spec, lm):
         no_exception(at)
         warnings = " ".join(w.value for w in at.warning)
         assert ("no \\[MASK\\]" in warnings) == warn, warnings
+    # a long text's strip is folded under an expander that names the token count; a short one is not
+    from views import ui
+
+    long_text = " ".join(["the keys to the cabinet near the door"] * 9) + " [MASK] on the table ."
+    n_long = len(lm.tokenizer(long_text)["input_ids"])
+    assert n_long > ui.STRIP_OPEN_MAX
+    for text, n, folded in ((long_text, n_long, True), ("the keys to the cabinet [MASK] on the table .", 0, False)):
+        at = new_app(app_spec, text=text).run()
+        no_exception(at)
+        labels = [e.label for e in at.expander]
+        assert any(lab.startswith(f"The {n} tokens as the model reads them") for lab in labels) == folded, labels
     # the pure function against hand-written cases
     toks = ["[CLS]", "the", "l", "##a", "##b", "[UNK]", "[MASK]", "[SEP]"]
     rep = check_tokens(toks, [1, 0, 0, 0, 0, 0, 0, 1], 6, text="the lab 😀 [MASK]", task="masked_lm",

@@ -376,6 +376,11 @@ SENTENCE_1 = "the keys to the cabinet [MASK] on the table ."
 
 
 def strip_state(page):
+    page.wait_for_selector(".st-key-strip", timeout=120_000)
+    page.wait_for_selector(".st-key-strip .token-strip, .st-key-strip summary", timeout=120_000)
+    folded = page.locator(".st-key-strip summary", has_text="tokens as the model reads them")
+    if folded.count():  # a text over ui.STRIP_OPEN_MAX tokens: the strip is folded; open it
+        folded.first.click()
     page.wait_for_selector(".st-key-strip .token-strip", timeout=120_000)
     return page.evaluate("""() => ({marks: [...document.querySelectorAll('.st-key-strip .tok')].map(e => e.className),
                                     warn: [...document.querySelectorAll('[data-testid=stAlertContentWarning]')]

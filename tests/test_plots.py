@@ -114,6 +114,34 @@ def test_heatmaps_carry_the_matrices_and_labels():
         plots.heatmaps([np.zeros((3, 3))], labels, ["x"])
 
 
+def test_long_text_maps_stay_a_picture_with_thinned_row_labels():
+    """Past LONG_MAP_PX / TICK_PX rows a map is LONG_MAP_PX tall (not TICK_PX a row), its rows labelled
+    every k-th and the target's, no two labels closer than TICK_PX on screen; past 64 tokens no 1 px
+    gaps between cells; a short text keeps a labelled row each TICK_PX."""
+    rng = np.random.default_rng(3)
+    for n, target in ((289, 137), (61, 60), (40, 5)):
+        labels = plots.token_labels([f"w{i}" for i in range(n)])
+        fig = plots.heatmaps([rng.random((n, n))], labels, ["m"], ["w"], target=target).to_dict()
+        y = fig["layout"]["yaxis"]
+        lo, hi = y["domain"]
+        paper = fig["layout"]["height"] - fig["layout"]["margin"]["t"] - fig["layout"]["margin"]["b"]
+        map_px = (hi - lo) * paper
+        if n * plots.TICK_PX <= plots.LONG_MAP_PX:
+            assert map_px == pytest.approx(n * plots.TICK_PX, abs=1.5)
+            assert y.get("tickvals") in (None, labels) and y.get("tickmode") in ("linear", "array")
+            assert fig["data"][0]["ygap"] == (1 if n <= 64 else 0)
+            continue
+        assert map_px == pytest.approx(plots.LONG_MAP_PX, abs=1.5)
+        assert fig["data"][0]["xgap"] == fig["data"][0]["ygap"] == (1 if n <= 64 else 0)
+        shown = [labels.index(v) for v in y["tickvals"]]
+        assert target in shown and 0 in shown
+        px = [i * map_px / n for i in shown]
+        assert min(b - a for a, b in zip(px, px[1:])) >= plots.TICK_PX - 1e-9
+        every = -(-n * plots.TICK_PX // plots.LONG_MAP_PX)
+        assert set(range(0, n, every)) - set(shown) == {i for i in range(0, n, every) if 0 < abs(i - target) < every}
+        assert "<b>" in y["ticktext"][shown.index(target)]  # the target's label stays bold red
+
+
 def test_row_bars_and_prediction_bars():
     rows = [np.array([0.1, 0.6, 0.3]), np.array([2.0, 1.0, 0.5])]
     fig = plots.row_bars(rows, ["0·a", "1·b", "2·c"], ["A", "B"], target=1)

@@ -155,9 +155,7 @@ def maps_panel():
     # (SmolLM2 takes 8192 tokens) every k-th column is labelled
     every = 1 if n_lab * 14 <= plots.MIN_WIDTH else -(-n_lab * 14 // (plots.MIN_WIDTH - 120))
     if every > 1:  # a long text (SmolLM2 takes 8192 tokens): label every k-th column, the target's too
-        keep = sorted(set(range(0, n_lab, every)) | ({view.target} if view.target is not None else set()))
-        keep = [i for i in keep if i == view.target or all(abs(i - j) >= every or i == j for j in
-                                                           ([view.target] if view.target is not None else []))]
+        keep = plots.row_ticks(n_lab, every, view.target)
         fig.update_xaxes(tickmode="array", tickvals=[view.labels[i] for i in keep],
                          ticktext=[view.labels[i] for i in keep])
     if st.session_state.get("draw") == "lines":
@@ -172,8 +170,11 @@ def maps_panel():
     else:
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     if every > 1:
-        st.caption(f"{n_lab} tokens: every {every}th column is labelled (and the target's); hover a cell for "
-                   "its row and column; every row is labelled.")
+        rows_every = -(-n_lab * plots.TICK_PX // plots.LONG_MAP_PX)
+        rows_said = ("every row is labelled" if rows_every <= 1 else
+                     f"every {ui.ordinal(rows_every)} row is labelled")
+        st.caption(f"{n_lab} tokens: every {ui.ordinal(every)} column is labelled, and {rows_said} (the target's "
+                   "always); hover a cell for its row and column.")
     if any("*" in t for t in titles):
         st.caption("\\* layer map: this method has no per-head form, so the picked head does not apply to it.")
     for m in shown:

@@ -763,6 +763,16 @@ def token_report(a, lm=None, typed: Optional[str] = None):
                         has_prediction=bool(a.prediction))
 
 
+def ordinal(k: int) -> str:
+    """2 -> "2nd", 3 -> "3rd", 11 -> "11th", 21 -> "21st"."""
+    k = int(k)
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+STRIP_OPEN_MAX = 64  # longer texts get the token strip folded (an expander), so the maps are in view
+
+
 def show_token_strip(a, lm=None, key: str = "strip", typed: Optional[str] = None) -> None:
     """The tokens as the model reads them ([UNK] and split words marked), what is predicted, and a
     warning when the prediction may not be meaningful."""
@@ -770,7 +780,16 @@ def show_token_strip(a, lm=None, key: str = "strip", typed: Optional[str] = None
 
     rep = token_report(a, lm, typed)
     with st.container(key=key):
-        st.html(strip_html(a.tokens, rep.marks, a.target))
+        n = len(a.tokens)
+        if n <= STRIP_OPEN_MAX:
+            st.html(strip_html(a.tokens, rep.marks, a.target))
+        else:  # a long text's strip is screens of chips above the maps: folded, with what it would show
+            marked = [f"{rep.marks.count('unk')} unknown" if "unk" in rep.marks else "",
+                      f"{rep.marks.count('piece')} in word pieces" if "piece" in rep.marks else ""]
+            extra = ", ".join(m for m in marked if m)
+            with st.expander(f"The {n} tokens as the model reads them" + (f" ({extra})" if extra else ""),
+                             expanded=False):
+                st.html(strip_html(a.tokens, rep.marks, a.target))
         legend = []
         if "unk" in rep.marks:
             legend.append(":red[red]: unknown to the model")
