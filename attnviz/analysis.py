@@ -176,6 +176,13 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     for m in todo:
         info = METHODS[m]
         cost[m] = 0.1 if info.shared and info.shared in seen else info.relative_cost(n)
+        if info.estimate is not None and timings["trace"] > 0:
+            # a method with its own estimate in seconds (flow): its share against the trace just timed,
+            # so that a 60 s flow after a 0.2 s trace does not start the bar at two thirds
+            try:
+                cost[m] = max(cost[m], 2.0 * float(info.estimate(lm, n)) / max(timings["trace"], 1e-3))
+            except Exception:  # noqa: BLE001 - an estimate is a hint for the progress bar, never an error
+                pass
         if info.shared:
             seen.add(info.shared)
     total_cost = 2.0 + sum(cost.values())  # 2: the trace, already done

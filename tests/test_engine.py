@@ -419,3 +419,25 @@ def test_analyze_progress_moves_forward_to_one(make_tiny):
     assert fr == sorted(fr) and 0 < fr[0] and calls[-1] == ("done", 1.0)
     assert {s for s, _ in calls} >= set(attnviz.METHODS)
     assert sum(1 for s, _ in calls if s == "atb_ff") >= lm.n_layers
+
+
+def test_analyze_progress_gives_a_method_its_estimated_share(make_tiny, monkeypatch):
+    """A method with its own estimate in seconds (flow) gets its share of the progress bar against the
+    trace's measured time: estimated at 1000 s, flow starts the bar near 0, not at 2/3 (the trace's
+    2 units of 3); estimated at 0 s it keeps its rough class cost (1 unit: flow starts at 2/3)."""
+    import dataclasses
+
+    import attnviz
+    from attnviz.methods import METHODS
+
+    lm = make_tiny("bert")
+    text = "the keys to the cabinet [MASK] on the table ."
+    info = METHODS["flow"]
+    for est, first in ((1000.0, lambda f: f < 0.01), (0.0, lambda f: f == pytest.approx(2 / 3))):
+        monkeypatch.setitem(METHODS, "flow", dataclasses.replace(info, estimate=lambda lm_, n, e=est: e))
+        calls = []
+        attnviz.analyze(lm, text, methods=["flow"], progress=lambda s, f: calls.append((s, f)))
+        start = next(f for s, f in calls if s == "flow")
+        assert first(start), (est, start)
+        fr = [f for _, f in calls]
+        assert fr == sorted(fr) and calls[-1] == ("done", 1.0)

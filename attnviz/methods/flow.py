@@ -440,6 +440,14 @@ def _maxflow_run(Ares, l, I, J, causal, target, out, idx, kern, threads: int = 1
 ROUND_PAIRS = 1024  # pairs per thread between two progress reports of flow's compiled path
 
 
+def _progress_weight(l: int) -> float:
+    """A layer's share of the compiled path's progress: layers 1-2 (closed forms) next to nothing, every
+    layer above one equal part. Measured per layer (two threads): MiniLM 128 tokens 0.46 / 1.11 / 1.11 /
+    0.15 s for layers 3-6, SmolLM2 0.01-0.27 s for each of layers 3-30 in no order; the time grows with
+    the pairs the bounds leave open, which is not known before the layer below is solved."""
+    return 0.05 if l < 2 else 1.0
+
+
 def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1):
     """flow() with the compiled kernels: the same bounds, then Dinic for the pairs they leave open,
     stopped as soon as the flow reaches the pair's upper bound (within CERTIFY_TOL)."""
@@ -453,7 +461,7 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1)
     diag = np.arange(n)
     column = np.minimum.accumulate(Ares[:, diag, diag], axis=0)  # causal j = i: the own column
     solved = settled = 0
-    total_work = sum(l + 1 for l in range(top + 1)) or 1
+    total_work = sum(_progress_weight(l) for l in range(top + 1)) or 1
     done = 0
     lower = np.empty((n, n))
     upper = np.empty((n, n))
@@ -495,12 +503,12 @@ def _flow_compiled(Ares, want, top, normalize, progress, stats, kern, threads=1)
                 v = np.empty(len(I))
                 tick = None
                 if progress:
-                    def tick(f, base=done, part=l + 1):
+                    def tick(f, base=done, part=_progress_weight(l)):
                         progress((base + part * f) / total_work)
                 kst += _maxflow_run(Ares, l, I.astype(np.int64), J.astype(np.int64), causal, up - CERTIFY_TOL,
                                     v, np.arange(len(I)), kern, threads, tick)
                 F[l, I, J] = np.where(v >= up - CERTIFY_TOL, up, v)
-        done += l + 1
+        done += _progress_weight(l)
         if progress:
             progress(done / total_work)
     if stats is not None:
