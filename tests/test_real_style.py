@@ -3,6 +3,8 @@ with plain rules (who is the main-clause subject, what number the head noun has)
 generator's own bookkeeping."""
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 from attnviz.builtin import lexicon as L
@@ -60,6 +62,51 @@ def test_pronoun_items_refer_to_the_subject(seed):
             assert not [w for w in rest if w in own], it
         if it["n_attractors"] == 0:
             assert it["construction"] in ("simple", "year", "adv", "coord")
+
+
+# --- round 4: first names the census lists lack (data/first_names_extra.tsv) ---
+
+EXTRA_M, EXTRA_F = ["wolfgang", "johann", "giacomo"], ["ingeborg", "priya", "giuliana"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pronoun_items_with_extra_names_refer_to_the_subject(seed):
+    """With extra first names the items stay right by the same plain reading (each extra name has the
+    sex written in this test), the extras are drawn, and a subject's first name is an extra now and
+    then, not always."""
+    lists = R.Lists(MALE, FEMALE, LISTS.surnames, NOUNS, extra_male=EXTRA_M, extra_female=EXTRA_F)
+    male, female = _sex_words()
+    male, female = male | set(EXTRA_M), female | set(EXTRA_F)
+    items = R.items("pronoun", 600, lists, seed)
+    seen = collections.Counter()
+    for it in items:
+        seg = _subject_segment(it).split()
+        seen.update(w for w in seg if w in EXTRA_M + EXTRA_F)
+        sexes = {"m" for w in seg if w in male} | {"f" for w in seg if w in female}
+        plural = " and " in f" {' '.join(seg)} " or any(w in R.PLURAL_PEOPLE for w in seg)
+        if not plural:
+            assert len(sexes) == 1, (it, seg)
+            want = "his" if sexes == {"m"} else "her"
+            assert it["answer"] == want, it
+            words = it["text"].lower().split()
+            rest = [w for w in words[:words.index("[mask]")] if w not in seg]
+            assert not [w for w in rest if w in (male if want == "his" else female)], it
+    assert set(seen) == set(EXTRA_M + EXTRA_F)
+    with_first = sum(any(w in MALE + FEMALE + EXTRA_M + EXTRA_F for w in _subject_segment(it).split()) for it in items)
+    assert 0.1 * with_first < sum(seen.values()) < 0.6 * with_first
+
+
+def test_extra_names_file_gives_each_name_one_sex():
+    """data/first_names_extra.tsv: one sex per name, plain lowercase words; names any reader knows the
+    sex of are on the right side, names given to both sexes in some country (Andrea, Jean, Nicola, Jan,
+    Kim) and the census names the generator already had (John, Mary) are not in it."""
+    male, female = R.read_extra_names()
+    assert len(male) > 1000 and len(female) > 1000
+    assert not set(male) & set(female)
+    assert all(n.isascii() and n.isalpha() and n.islower() and len(n) >= 3 for n in male + female)
+    assert {"wolfgang", "friedrich", "johann"} <= set(male)
+    assert {"priya", "beatrix"} <= set(female)
+    assert not {"andrea", "jean", "nicola", "jan", "kim", "john", "mary"} & set(male + female)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -4,7 +4,8 @@ sentences do not have (relative clauses set off by commas, "whose" clauses, appo
 prepositional phrases).
 
 Two tasks, labelled by construction (the label is a rule of the frame, not a model's guess):
-- pronoun: one antecedent person (a first name from the census lists with an optional surname, a
+- pronoun: one antecedent person (a first name from the census lists, or with `load_lists(...,
+  extra_names=True)` now and then one of data/first_names_extra.tsv, with an optional surname, a
   title and a name, or a gendered noun) is the subject of the main clause; the possessive after the
   main verb refers to it; the distractors (0-4) are people of the other sex inside a relative
   clause, a "whose" clause, an apposition or a fronted phrase, where they cannot be the subject.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import collections
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import lexicon as L
@@ -127,9 +128,24 @@ class Lists:
     female: list
     surnames: list
     nouns_sg: list  # nouns whose singular and plural both occur in the corpus
+    # first names the census lists lack (data/first_names_extra.tsv, round 4): drawn for a person's
+    # first name EXTRA_SHARE of the time when present; empty = the round-3 generator, draw for draw
+    extra_male: list = field(default_factory=list)
+    extra_female: list = field(default_factory=list)
 
 
-def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2) -> Lists:
+EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
+EXTRA_SHARE = 0.3
+
+
+def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
+    """(male, female) first names of data/first_names_extra.tsv (scripts/build_extra_names.py)."""
+    rows = [ln.split("\t") for ln in Path(path).read_text(encoding="utf-8").splitlines()
+            if ln.strip() and not ln.startswith("#")]
+    return [n for n, s in rows if s == "m"], [n for n, s in rows if s == "f"]
+
+
+def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False) -> Lists:
     corpus = Path(corpus)
     read = lambda name: (corpus / name).read_text(encoding="utf-8").split()  # noqa: E731
     # a noun is a WordNet noun seen after "the" (singular) and its plural seen after "the" too: that
@@ -141,7 +157,8 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2) -> Lists:
              and counts[L.plural(w)] >= min_pl and L.plural(w) != w]
     nouns = sorted(set(nouns) | {w for w in L.OBJECT_NOUNS + L.INSTITUTION_NOUNS + L.PERSON_NOUNS
                                  if not w.endswith("s")})
-    return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns)
+    extra = read_extra_names() if extra_names else ([], [])
+    return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra)
 
 
 def _fill(rng, s: str) -> str:
@@ -151,6 +168,9 @@ def _fill(rng, s: str) -> str:
 def _person(rng, lists: Lists, sex: str) -> str:
     names = lists.male if sex == "m" else lists.female
     names = names[:600] if rng.random() < 0.5 else names  # common names more often
+    extra = lists.extra_male if sex == "m" else lists.extra_female
+    if extra and rng.random() < EXTRA_SHARE:  # no draw without extras: the round-3 items unchanged
+        names = extra
     r = rng.random()
     if r < 0.45:
         return rng.choice(names) + (" " + rng.choice(lists.surnames) if rng.random() < 0.6 else "")

@@ -90,6 +90,9 @@ def main(argv=None) -> None:
     ap.add_argument("--styled-share", type=float, default=0.0)
     ap.add_argument("--agreement-share", type=float, default=0.5,
                     help="share of agreement items among the real-style items (the rest: pronoun items)")
+    ap.add_argument("--extra-names", action="store_true",
+                    help="real-style pronoun items also draw first names from "
+                         "attnviz/builtin/data/first_names_extra.tsv (round 4; off = the round-3 generator)")
     ap.add_argument("--init", default=None,
                     help="start from this model folder's weights (fine-tuning) instead of random ones; its "
                          "tokenizer is used (implies --tokenizer INIT unless given)")
@@ -120,7 +123,7 @@ def main(argv=None) -> None:
     if n_styled:
         from . import real_style
         try:
-            lists = real_style.load_lists(Path(args.corpus))
+            lists = real_style.load_lists(Path(args.corpus), extra_names=args.extra_names)
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
                              "python scripts/build_corpus.py --out " + args.corpus) from None
@@ -226,6 +229,7 @@ def main(argv=None) -> None:
             "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
+            "extra_names": args.extra_names,
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
             "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
