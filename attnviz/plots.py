@@ -456,6 +456,33 @@ def prediction_bars(prediction: Sequence, title: str = "") -> go.Figure:
     return _style(fig)
 
 
+GRID_MAX_TOKENS = 48  # the Heads grid's cells are ~50-90 px: past this many tokens they show blocks
+
+
+def block_pool(M: np.ndarray, k: int) -> np.ndarray:
+    """[..., n, n] -> [..., b, b] with b = ceil(n / k): blocks of k tokens (the last one shorter),
+    rows of a block averaged and columns summed, so rows that sum to 1 still do (the share an average
+    receiver of the block draws from each block of sources)."""
+    M = np.asarray(M, dtype=np.float64)
+    n = M.shape[-1]
+    b = -(-n // k)
+    pad = b * k - n
+    P = np.pad(M, [(0, 0)] * (M.ndim - 2) + [(0, pad), (0, pad)])
+    P = P.reshape(M.shape[:-2] + (b, k, b, k)).sum(axis=(-3, -1))
+    rows = np.minimum(k, n - k * np.arange(b))  # real rows in each block
+    return P / rows[:, None]
+
+
+def block_labels(labels: Sequence[str], k: int) -> list:
+    """Labels of blocks of k tokens: "first … last" (one label alone for a block of one)."""
+    labels = list(labels)
+    out = []
+    for s in range(0, len(labels), k):
+        e = min(s + k, len(labels)) - 1
+        out.append(labels[s] if e == s else f"{labels[s]} … {labels[e]}")
+    return out
+
+
 def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Sequence[str], title: str = "",
               value_name: str = "value", layer_label: str = "all heads", clickable: bool = True) -> go.Figure:
     """heads [L, H, n, n] (and optionally layer maps [L, n, n]) -> an L x H (+1) grid of small heatmaps.
@@ -470,7 +497,11 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
     L, H = heads.shape[:2]
     C = H + (1 if layer_maps is not None else 0)
     zmax = float(max(heads.max(), 0 if layer_maps is None else np.asarray(layer_maps).max())) or 1.0
-    col_titles = [f"head {h + 1}" for h in range(H)] + ([layer_label] if layer_maps is not None else [])
+    if C <= 10:
+        col_titles = [f"head {h + 1}" for h in range(H)] + ([layer_label] if layer_maps is not None else [])
+    else:  # ~40 px columns at 1024 px: "head 11 head 12 head mean" would run into each other
+        col_titles = [f"h{h + 1}" for h in range(H)] + ([layer_label.replace(" ", "<br>", 1)] if layer_maps is not None
+                                                        else [])
     fig = make_subplots(rows=L, cols=C, horizontal_spacing=0.006, vertical_spacing=0.012,
                         column_titles=col_titles, row_titles=[f"layer {l + 1}" for l in range(L)])
     for l in range(L):

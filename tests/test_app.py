@@ -232,6 +232,36 @@ def test_heads_grid_and_open_on_explore(app_spec, lm):
     np.testing.assert_allclose(z, heads[1, 2], rtol=1e-6, atol=1e-9)
 
 
+def test_heads_grid_of_a_long_text_shows_blocks(app_spec, lm):
+    """Past plots.GRID_MAX_TOKENS tokens the Heads grid shows blocks of k tokens (rows of a block
+    averaged, columns summed: written here as plain loops over the reference maps), says so, and the
+    page stays small (at 289 tokens on MiniLM the full grid was a 322 MB message Streamlit refused)."""
+    from attnviz import plots
+
+    text = " ".join(["the keys to the cabinet near the old door"] * 7) + " [MASK] on the table ."
+    at = new_app(app_spec, text=text).run()
+    at.switch_page("views/heads.py").run()
+    no_exception(at)
+    ref = reference(lm, text, ["attention"]).maps["attention"]
+    n = ref.layer.shape[-1]
+    k = -(-n // plots.GRID_MAX_TOKENS)
+    assert k > 1
+    blocks = [list(range(s, min(s + k, n))) for s in range(0, n, k)]
+
+    def pooled(M):
+        return np.array([[np.mean([sum(M[i, j] for j in J) for i in I]) for J in blocks] for I in blocks])
+
+    hm = [t for t in chart(at, "head_grid")["data"] if t["type"] == "heatmap"]
+    assert len(hm) == lm.n_layers * (lm.n_heads + 1)
+    for t in hm:
+        if t["meta"] in ([1, 0], [2, 1], [lm.n_layers, lm.n_heads]):
+            l, h = t["meta"]
+            M = ref.layer[l - 1] if h == 0 else ref.heads[l - 1, h - 1]
+            np.testing.assert_allclose(arr(t["z"]), pooled(M), rtol=1e-6, atol=1e-9)
+            assert len(t["x"]) == len(blocks) and t["x"][1].startswith(f"{k}·")
+    assert any(f"blocks of {k} tokens" in c.value for c in at.caption)
+
+
 def test_flow_graph_page(app_spec, lm):
     at, ref = page_with_attention(app_spec, lm, "flow_graph")
     A = ref.maps["attention"].layer
