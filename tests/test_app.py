@@ -788,3 +788,23 @@ def test_faithfulness_says_its_estimate_and_waits_when_long(app_spec, lm):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
     finally:
         ui.ASK_SECONDS = old
+
+
+def test_download_says_how_big_a_long_analysis_is(app_spec, lm):
+    """Over ~20 MB of JSON the Download caption says how many numbers and how many MB the files will
+    be before a click builds them; the JSON size it states is within 25 % of the real export's."""
+    import re
+
+    from attnviz import export
+
+    long_text = " ".join(["the keys to the cabinet near the old door"] * 12) + " [MASK] on the table ."
+    for text, big in ((long_text, True), ("the keys to the cabinet [MASK] on the table .", False)):
+        at = new_app(app_spec, text=text, methods="attention,value_norm").run()
+        no_exception(at)
+        caps = " ".join(c.value for c in at.caption)
+        m = re.search(r"about ([\d,]+) MB as JSON", caps)
+        assert bool(m) == big, caps
+        if big:
+            ref = attnviz.analyze(lm, text, methods=["attention", "value_norm"])
+            real = len(export.to_json(ref).encode()) / 1e6
+            assert abs(float(m.group(1).replace(",", "")) - real) <= 0.25 * real, (m.group(1), real)

@@ -1,10 +1,13 @@
 """Explore: the prediction, then the chosen methods' maps side by side for one layer and head."""
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from attnviz import METHODS, export, plots
 from views import ui
+
+JSON_BYTES_PER_VALUE = 21.5  # export.to_json: ~21 bytes a number (measured on the built-in model)
 
 st.title("Explore")
 st.caption("Each map is read row by row: row *i* is the token that receives information, column *j* the "
@@ -210,8 +213,14 @@ def maps_panel():
         if bars is not None:
             st.download_button("Row bars as PNG", lambda: export.figure_bytes(bars, "png"),
                                file_name=stem + "_row.png", mime="image/png", on_click="ignore", key="dl_row")
+        values = sum(m.layer.size + (m.heads.size if m.heads is not None else 0) for m in a.maps.values())
+        values += sum(np.asarray(v).size for v in (a.mixing or {}).values())
+        size = ""
+        if values * JSON_BYTES_PER_VALUE > 20e6:  # say it before a click builds a file of hundreds of MB
+            size = (f" This analysis has {values / 1e6:.0f} million numbers: about {values * JSON_BYTES_PER_VALUE / 1e6:,.0f} MB "
+                    f"as JSON, up to {values * 8 / 1e6:,.0f} MB as NPZ (compressed), built when you click.")
         st.caption("JSON and NPZ hold the tokens, every computed map (all layers and heads), the prediction, "
-                   "the model spec and the attnviz version.")
+                   "the model spec and the attnviz version." + size)
 
 
 if shown:
