@@ -253,6 +253,20 @@ def auto_columns(k: int, labels: Sequence[str], titles: Sequence[str], cbar_titl
     return int(max(1, min(k, (room + gap_px) // (need + gap_px))))
 
 
+def dominant_column(M: np.ndarray) -> tuple:
+    """(j, share): the column holding the largest part of a non-negative map's total, and that part
+    (0..1); (None, 0.0) for an empty, all-zero or signed map. A share near 1 is a sink column (e.g. the
+    first token of a causal LM) that washes every other cell out on a linear colour scale."""
+    M = np.asarray(M, dtype=np.float64)
+    finite = np.where(np.isfinite(M), M, 0.0)
+    total = float(finite.sum())
+    if finite.size == 0 or total <= 0 or (finite < 0).any():
+        return None, 0.0
+    col = finite.sum(0)
+    j = int(col.argmax())
+    return j, float(col[j] / total)
+
+
 LONG_MAP_PX = 840  # the tallest a map gets (60 rows at TICK_PX); longer texts label every k-th row
 
 

@@ -808,3 +808,27 @@ def test_download_says_how_big_a_long_analysis_is(app_spec, lm):
             ref = attnviz.analyze(lm, text, methods=["attention", "value_norm"])
             real = len(export.to_json(ref).encode()) / 1e6
             assert abs(float(m.group(1).replace(",", "")) - real) <= 0.25 * real, (m.group(1), real)
+
+
+def test_a_map_washed_out_by_one_column_points_to_log_colours(app_spec, lm):
+    """When one column holds most of a map's total (layer 6, head 2 of the built-in model: a head that
+    looks at one token) the page names that column and its share and points to Log colours; not for
+    the layer-1 map, and not once Log colours is on. Share and column from the reference map by numpy."""
+    text = "the keys to the cabinet [MASK] on the table ."
+    ref = reference(lm, text, ["attention"]).maps["attention"]
+    hint = "Most of the map's total is in one column"
+    for layer, head, log, want in ((6, "2", False, True), (1, "all", False, False), (6, "2", True, False)):
+        M = ref.heads[layer - 1, int(head) - 1] if head != "all" else ref.layer[layer - 1]
+        col = M.sum(0)
+        share, j = col.max() / M.sum(), int(col.argmax())
+        assert (share >= 0.5) == (want or log), share
+        kw = {"log_colour": "true"} if log else {}
+        at = new_app(app_spec, text=text, methods="attention", layer=str(layer), head=head, **kw).run()
+        no_exception(at)
+        caps = [c.value for c in at.caption if hint in c.value]
+        assert bool(caps) == want, (layer, head, log, caps)
+        if want:
+            tokens = reference(lm, text, ["attention"]).tokens
+            from views import ui
+
+            assert ui.plain(f"{100 * share:.0f} % in column {j}·{tokens[j]}") in caps[0]
