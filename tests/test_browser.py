@@ -612,6 +612,25 @@ def test_cheap_maps_first_then_cancel_in_the_browser(slow_server, browser, spec)
     ctx.close()
 
 
+def test_adversarial_search_shows_time_left_and_cancels(slow_server, browser, spec):
+    """The adversarial search (progress paused 0.5 s a report) shows its progress with the time left and
+    a Cancel button; Cancel stops it: the page says "Cancelled", draws no frontier, and the button to
+    start it again is there."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    text = "the keys to the cabinet near the door [MASK] on the table ."
+    page.goto(f"{slow_server}/adversarial?model={quote(spec)}&page=adversarial&text={quote(text)}")
+    go = page.get_by_role("button", name="Compute the frontier")
+    go.wait_for(timeout=120_000)
+    go.click()
+    page.get_by_text(re.compile(r"Searching for adversarial attention: .*% — about [\d.]+ (s|min) left")).first.wait_for(
+        timeout=120_000)
+    page.get_by_role("button", name="Cancel").click()
+    page.get_by_text("Cancelled: the search was stopped").first.wait_for(timeout=60_000)
+    assert page.locator(".st-key-adv_frontier_chart").count() == 0
+    assert page.get_by_role("button", name="Compute the frontier").count() == 1
+    page.close()
+
+
 def test_first_request_of_a_fresh_server_for_a_page_runs_the_whole_app(browser):
     """The page files are in views/, not pages/: a fresh server's first request for /heads runs app.py (sidebar,
     navigation, model picker), not heads.py alone as Streamlit's legacy pages/ mode would."""
