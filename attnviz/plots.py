@@ -270,6 +270,12 @@ def dominant_column(M: np.ndarray) -> tuple:
 LONG_MAP_PX = 840  # the tallest a map gets (60 rows at TICK_PX); longer texts label every k-th row
 
 
+def row_label_every(n: int) -> int:
+    """1 while n rows at TICK_PX fit in LONG_MAP_PX; else the stride k of the labelled rows of a map
+    LONG_MAP_PX tall."""
+    return 1 if TICK_PX * n <= LONG_MAP_PX else -(-TICK_PX * n // LONG_MAP_PX)
+
+
 def row_ticks(n: int, every: int, target: Optional[int] = None) -> list:
     """The rows (or columns) to label on a long map: every `every`-th from 0 and the target's, leaving
     out the regular ones closer than `every` to the target so that no two labels overlap."""
@@ -321,11 +327,8 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     T = 8 + 18 * n_title_lines  # panel title
     # the map itself: TICK_PX a row, every row labelled, up to LONG_MAP_PX; a longer text gets a map
     # of LONG_MAP_PX with every k-th row labelled (and the target's), so it stays a picture, not a strip
-    P = int(max(TICK_PX * n, min(380, 24 * n)))
-    every_row = 1
-    if P > LONG_MAP_PX:
-        P = LONG_MAP_PX
-        every_row = -(-TICK_PX * n // LONG_MAP_PX)
+    every_row = row_label_every(n)
+    P = LONG_MAP_PX if every_row > 1 else int(max(TICK_PX * n, min(380, 24 * n)))
     cell_gap = 1 if n <= 64 else 0  # a 1 px gap between cells of 1-3 px would hide the map
     X = int(max((_text_px(l, LABEL_CHAR_PX) for l in labels), default=0)) + 14  # x tick labels, read downwards
     XT = 24  # x axis title

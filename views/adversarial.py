@@ -6,6 +6,7 @@ Wallace (2019) and Wiegreffe & Pinter (2019); sliders then move along it instant
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import plotly.graph_objects as go
@@ -116,6 +117,8 @@ def _compute(lm, text, target, cap, site, lambdas, steps, restarts, jw_steps, se
 b1, b2 = st.columns([2, 3])  # wide enough for the whole button label at 1024 px
 # results live in this session's state, keyed by everything they depend on (the last few kept)
 results = ss.setdefault("adv_results", {})
+
+
 def _stop_search() -> None:
     ss["adv_cancelled"] = True
 
@@ -124,8 +127,6 @@ if ss.pop("adv_cancelled", False):  # the Cancel click reran the page: the searc
     st.info("Cancelled: the search was stopped and nothing of it was kept. Fewer λ values, restarts or steps "
             "(Search settings), a shorter text or a head in a higher layer make it faster.", icon=":material/cancel:")
 if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:", type="primary"):
-    import time
-
     stop = st.empty()
     stop.button("Cancel", key="adv_cancel", icon=":material/cancel:", on_click=_stop_search,
                 help="Stop the search (it stops at its next progress report); nothing of it is kept.")
@@ -133,8 +134,7 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
     t0 = time.perf_counter()
 
     def progress(stage, f):
-        el = time.perf_counter() - t0  # the time left, from the share done so far (no estimate before it starts)
-        left = f" — about {ui.secs(el / f * (1 - f))} left" if f > 0.02 and el > 1.0 else ""
+        left = ui.time_left(time.perf_counter() - t0, f)  # from the share done so far (no estimate before it starts)
         bar.progress(min(1.0, max(0.0, f)), text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %{left}")
         if ui.PROGRESS_PAUSE > 0:
             time.sleep(ui.PROGRESS_PAUSE)

@@ -183,7 +183,7 @@ def maps_panel():
                        "the other cells look white. Turn on **Log colours** to see them. (On causal models the "
                        "first token often takes attention the model does not need: an attention sink.)")
     if every > 1:
-        rows_every = -(-n_lab * plots.TICK_PX // plots.LONG_MAP_PX)
+        rows_every = plots.row_label_every(n_lab)
         rows_said = ("every row is labelled" if rows_every <= 1 else
                      f"every {ui.ordinal(rows_every)} row is labelled")
         st.caption(f"{n_lab} tokens: every {ui.ordinal(every)} column is labelled, and {rows_said} (the target's "

@@ -508,6 +508,12 @@ def cached_result(key: tuple):
         return None
 
 
+def time_left(elapsed: float, f: float) -> str:
+    """" — about 12 s left" from the share f of the work done in `elapsed` seconds; "" while too little
+    is done to say (under 5 %, or the first second)."""
+    return f" — about {secs(elapsed / f * (1 - f))} left" if f > 0.05 and elapsed > 1.0 else ""
+
+
 def with_progress(key: tuple, compute, what: str, cancel_key=None):
     """compute(progress) once per key (cached for every session), with a progress bar that names the
     stage and the time left; progress(f) or progress(stage, f) with f in [0, 1]. cancel_key: the
@@ -523,8 +529,7 @@ def with_progress(key: tuple, compute, what: str, cancel_key=None):
 
     def progress(*args) -> None:
         stage, f = (args[0], args[1]) if len(args) == 2 else (None, args[0])
-        el = time.perf_counter() - t0
-        left = f" — about {el / f * (1 - f):.0f} s left" if f > 0.05 and el > 1.0 else ""
+        left = time_left(time.perf_counter() - t0, f)
         name = "" if stage is None else (method_label(stage) if stage in METHODS else str(stage)) + ", "
         bar.progress(min(1.0, max(0.0, f)), text=f"{what}: {name}{100 * f:.0f} %{left}")
         if PROGRESS_PAUSE > 0:
