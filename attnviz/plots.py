@@ -674,18 +674,23 @@ def graph_figure(G, threshold: float = 0.05, title: str = "") -> go.Figure:
         nx_.append(i); ny_.append(l); nt.append(d["label"])
     out = G.graph.get("output")
     colors = [HIGHLIGHT if (highlight and l == top and i == out) else "#1f77b4" for (l, i) in G.nodes()]
-    fig.add_trace(go.Scatter(x=nx_, y=ny_, mode="markers+text", marker=dict(size=10, color=colors, line=dict(width=1, color="white")),
-                             text=[t if l == top else "" for l, t in zip(ny_, nt)], textposition="top center",
-                             textfont=dict(size=10),
+    fig.add_trace(go.Scatter(x=nx_, y=ny_, mode="markers", marker=dict(size=10, color=colors, line=dict(width=1, color="white")),
                              hovertext=[f"layer {l}: {t}" for l, t in zip(ny_, nt)], hoverinfo="text",
                              name="tokens", showlegend=False))
     labels = [G.nodes[(0, i)]["label"] for i in range(n)]
+    # the top row's tokens, slanted like the bottom axis's (upright ones ran into each other:
+    # "5·cabinet6·[MASK]" at 12 tokens on a 1024 px screen)
+    for i in range(n):
+        fig.add_annotation(x=i, y=top, text=G.nodes[(top, i)]["label"], textangle=-60,
+                           showarrow=False, xanchor="left", yanchor="bottom", yshift=8, xshift=-4,
+                           font=dict(size=10, color=HIGHLIGHT if (highlight and i == out) else "#31333f"))
+    top_margin = 14 + int(5.2 * max((len(html.unescape(t)) for t in labels), default=4))
     fig.update_xaxes(tickvals=list(range(n)), ticktext=labels, tickangle=-60, showgrid=False, zeroline=False,
                      range=[-0.6, n - 0.4])
     fig.update_yaxes(tickvals=list(range(top + 1)), ticktext=["input"] + [f"layer {l}" for l in range(1, top + 1)],
                      showgrid=False, zeroline=False, range=[-0.4, top + 0.6])
     fig.update_layout(height=110 * top + 220, title=title or None, plot_bgcolor="white",
-                      margin=dict(l=10, r=10, t=50 if title else 10, b=10), hovermode="closest")
+                      margin=dict(l=10, r=10, t=top_margin + (40 if title else 0), b=10), hovermode="closest")
     return _style(fig)
 
 

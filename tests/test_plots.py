@@ -242,6 +242,24 @@ def test_graph_figure_hides_light_edges():
     assert len(nodes.x) == 3 * 5
 
 
+def test_graph_figure_top_labels_are_slanted_and_mark_the_output():
+    """The top row's tokens are slanted annotations (upright text labels ran into each other at
+    12 tokens on a 1024 px screen), one per token at the top layer, the chosen output in red."""
+    rng = np.random.default_rng(3)
+    A = _stochastic(rng, 3, 6, 6)
+    toks = ["[CLS]", "cabinet", "<b>x", "[MASK]", "on", "[SEP]"]
+    G = plots.attention_graph(A, toks, method="rollout", output=3)
+    fig = plots.graph_figure(G, threshold=0.05)
+    ann = [a for a in fig.layout.annotations if a.y == 3]
+    assert [a.x for a in ann] == list(range(6))
+    assert [a.text for a in ann] == plots.token_labels(toks)  # "2·&lt;b&gt;x": escaped, not markup
+    assert all(a.textangle == -60 for a in ann)
+    assert [a.font.color for a in ann].count(plots.HIGHLIGHT) == 1 and ann[3].font.color == plots.HIGHLIGHT
+    nodes = next(t for t in fig.data if t.name == "tokens")
+    assert not nodes.text  # no upright labels on the nodes any more
+    assert fig.layout.margin.t >= 5 * len("2·<b>x")
+
+
 # ------------------------------------------------------------------------------------ export
 
 
