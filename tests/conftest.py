@@ -8,6 +8,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# The app asks before a job whose estimate passes ATTNVIZ_ASK_SECONDS (5 s). Estimates scale with the
+# trace time the page has just measured, so on a loaded machine a page that runs at once on a quiet one
+# waits for a button instead, and a test that expects its result times out (CI failed so once). Tests
+# run every job at once unless they set the threshold themselves (the tests of the button set 0).
+os.environ.setdefault("ATTNVIZ_ASK_SECONDS", "1e9")
 torch.set_num_threads(1)
 
 SENTENCE = "the keys to the cabinet [MASK] on the table ."

@@ -8,6 +8,7 @@ replaced by hand.
 from __future__ import annotations
 
 import itertools
+import re
 import math
 
 import numpy as np
@@ -514,6 +515,12 @@ def test_caption_says_what_the_plot_says(copy_frontier):
     i = fr.within(0.01)
     assert "all heads of layer 1" in text
     assert f"JSD {fr.jsd[i]:.2f}" in text and f"TVD {fr.tvd[i]:.4f}" in text
+    # a byte-level BPE vocabulary's entries ('Ġthe') are named as a reader writes them
+    import dataclasses
+    bpe = dataclasses.replace(fr, top_labels={k: "Ġ" + v for k, v in fr.top_labels.items()},
+                              y0_top=[("Ġ" + w, p) for w, p in fr.y0_top])
+    word = fr.prediction(i)[0][0]
+    assert "Ġ" not in bpe.caption(0.01) and f"'{word}'" in bpe.caption(0.01)
 
 
 # ------------------------------------------------------------------ the app page
@@ -549,6 +556,9 @@ def test_adversarial_page(tokenizer):
     at.number_input(key="adv_restarts").set_value(2)
     at.number_input(key="adv_jw_steps").set_value(20)
     at.run()
+    # before the button: the time it will take, timed from steps of this search
+    cap = " ".join(c.value for c in at.caption if "Press the button" in c.value)
+    assert re.search(r"about [\d.]+ (s|min)", cap), cap
     at.button(key="adv_go").click()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -585,6 +595,11 @@ def test_adversarial_page(tokenizer):
     top0 = np.argsort(-y_own)[:5]
     assert np.allclose(_arr(before["x"]).astype(float), y_own[top0], atol=1e-5)
     assert before["y"][0].endswith(clean_token(lm.tokenizer.convert_ids_to_tokens(int(top0[0]))))
+    # a top answer under 0.2 is said to be an uncertain one
+    unsure = [c.value for c in at.caption if "model is unsure" in c.value]
+    assert bool(unsure) == (y_own.max() < 0.2), (y_own.max(), unsure)
+    if unsure:
+        assert f"{y_own.max():.2f}" in unsure[0]
     # the frontier line is monotone; the point shown first is the largest JSD within ε = 0.01
     fx, fy = _arr(_trace(ch["frontier"], "frontier")["x"]), _arr(_trace(ch["frontier"], "frontier")["y"])
     assert (np.diff(fx) > 0).all() and (np.diff(fy) > 0).all()
@@ -783,3 +798,42 @@ def test_a_seed_that_cannot_be_compared_is_left_out(monkeypatch):
     assert list(seeds["customdata"]) == ["builtin:agreement-seed2"]
     text = " ".join(m.value for m in at.markdown)
     assert "left out: builtin" in text and "seed1 tokenises the sentence differently" in text.replace("\\", "")
+
+
+def test_search_seconds_is_the_sum_of_its_steps():
+    """search_seconds against the steps written out: a step at batch b costs t1 + (tB - t1)(b - 1)/(B - 1);
+    with 3 restarts, steps // 4 steps of K·3 members, the rest of 2K; Jain & Wallace's k = 5; the
+    baselines half a step per 128 permutations."""
+    def step(b, t1=0.01, tB=0.2, B=48):
+        return t1 + (tB - t1) * (b - 1) / (B - 1)
+
+    K, steps = 16, 200
+    want = 50 * step(48) + 150 * step(32) + 100 * step(5) + 0.5 * step(101)
+    assert A.search_seconds(0.01, 0.2, 48, K, 3, steps, 50, jw_steps=100, permutations=100) == pytest.approx(want)
+    # one restart: no pruning, every step at K
+    want1 = steps * step(16, B=16) + 0.5 * step(101, B=16)
+    assert A.search_seconds(0.01, 0.2, 16, K, 1, steps, steps) == pytest.approx(want1)
+
+
+def test_estimate_seconds_times_the_search_steps(copy_lm, monkeypatch):
+    """estimate_seconds times steps at batch 1 and at the full batch, and gives search_seconds what it
+    measured (a fake clock makes every step at batch b take 0.01 + 0.001·b s); the real timing of a tiny
+    model's search is positive and finite."""
+    from attnviz.adversarial import search
+
+    lm = copy_lm
+    site = A.Site("head", 0, 0)
+    calls = []
+
+    def fake(pb, b, dtype):
+        calls.append(b)
+        return 0.01 + 0.001 * b
+
+    monkeypatch.setattr(search, "_step_seconds", fake)
+    lams = [0.0, 0.1, 1.0, 10.0]
+    est = A.estimate_seconds(lm, SENTENCE, site, lambdas=lams, steps=40, restarts=3, jw_steps=20)
+    assert calls == [1, 12]
+    assert est == pytest.approx(A.search_seconds(0.011, 0.022, 12, 4, 3, 40, 10, jw_steps=20))
+    monkeypatch.undo()
+    real = A.estimate_seconds(lm, SENTENCE, site, lambdas=lams, steps=40, restarts=1)
+    assert 0 < real < 60

@@ -152,12 +152,26 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
 
 res = results.get(key)
 if res is None:
-    b2.caption(f"{len(lambdas)} λ × {restarts} restarts = a batch of {len(lambdas) * restarts}"
+    # the time it will take, from a few timed steps of this very search (cached per setting): at a
+    # head in layer 1 of SmolLM2 it is minutes, at the top layer of the built-in model seconds
+    ests = ss.setdefault("adv_estimates", {})
+    if key not in ests:
+        try:
+            with st.spinner("Timing a step of the search…"):
+                ests[key] = A.estimate_seconds(lm, ui.text(), site, lambdas=list(lambdas), steps=steps,
+                                               restarts=restarts, target=enc.target, jw_steps=jw_steps,
+                                               max_tokens=ui.cap())
+        except (AttnvizError, InputError) as e:
+            ui.show_error(e)
+            st.stop()
+        while len(ests) > 32:
+            ests.pop(next(iter(ests)))
+    b2.caption(f"{len(lambdas)} λ × {restarts} restart{'s' if restarts != 1 else ''} = a batch of {len(lambdas) * restarts}"
                + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
                + f", {steps} steps, "
-               f"for {site.label()} at the target '{enc.tokens[enc.target]}' (position {enc.target}). "
-               "Press the button: a few seconds for a head in an upper layer of the built-in model, more "
-               "further down and for larger models.")
+               f"for {site.label()} at the target '{ui.plain(plots.readable_token(enc.tokens[enc.target]))}' (position {enc.target}). "
+               f"**Press the button: about {ui.secs(ests[key])}** (timed from a few steps on this "
+               "machine; fewer λ values, restarts or steps, or a head in a higher layer make it faster).")
     st.stop()
 
 fr, jw = res["frontier"], res["jw"]
@@ -287,7 +301,7 @@ def attention_figure(fr, i):
         fig.update_layout(height=max(300, 18 * len(rows) + 160))
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_layout(margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", meta="attention",
-                      title=f"Row of '{fr.tokens[fr.target]}' (position {fr.target}) at {fr.site.label()}")
+                      title=f"Row of '{plots.clean_token(fr.tokens[fr.target])}' (position {fr.target}) at {fr.site.label()}")
     return fig
 
 
@@ -329,6 +343,10 @@ def explore(fr, jw):
     # no toolbar on the small bar charts: on hover it covered their titles
     p1.plotly_chart(before, key="adv_pred_before", config={"displayModeBar": False})
     p2.plotly_chart(after, key="adv_pred_after", config={"displayModeBar": False})
+    if fr.y0_top and fr.y0_top[0][1] < ui.UNSURE_BELOW:
+        st.caption(f"**The model is unsure here:** its top answer has probability {fr.y0_top[0][1]:.2f} (under "
+                   f"{ui.UNSURE_BELOW:.1f}), so the words above mean little as predictions. TVD compares the whole "
+                   "output distributions, so how far the output moves is measured all the same.")
     pm = fr.perm_summary()
     lines = [f"- **Permutations** ({len(fr.perm_jsd)}): JSD median {pm['jsd_median']:.3f}, TVD median "
              f"{pm['tvd_median']:.4f} (range {pm['tvd_min']:.4f}–{pm['tvd_max']:.4f}).",
@@ -346,7 +364,7 @@ def explore(fr, jw):
 
 
 explore(fr, jw)
-st.caption(f"Search: {len(fr.lambdas)} λ × {fr.restarts} restarts"
+st.caption(f"Search: {len(fr.lambdas)} λ × {fr.restarts} restart{'s' if fr.restarts != 1 else ''}"
            + (f" (from step {fr.prune_at} on: restart 1 and each λ's best random restart)" if fr.prune_at is not None else "")
            + f", {fr.steps} Adam steps (lr {fr.lr:g}, cosine decay), "
            f"{len(fr.jsd)} points recorded, {fr.timings.get('total', 0):.1f} s. For rows of several heads the JSD "

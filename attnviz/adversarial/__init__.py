@@ -16,6 +16,7 @@ trade-off for one sentence and one intervention site:
   TVD(ŷ', ŷ) - λ·JSD(α', α) over α' = softmax(θ) with Adam; every evaluated point is kept and the
   lower envelope of (JSD, TVD) is the frontier. Baselines on the same axes: random permutations of
   α and the uniform distribution.
+- `estimate_seconds`: about how long a frontier (and their search) takes, from one timed step.
 - `jain_wallace`: their search: k adversaries maximising JSD (and their mutual JSD) with a hinge
   penalty on TVD above ε; accepted when TVD <= 0.05.
 - `seed_baseline`: JSD between the attention of models trained from different seeds on the same
@@ -41,12 +42,13 @@ from .envelope import best_per_lambda, lower_envelope
 from .jain_wallace import jain_wallace
 from .problem import Problem, check_model, evaluate, prepare
 from .results import Frontier, JWResult, SeedPoint
-from .search import _permutations, baselines, frontier
+from .search import _permutations, baselines, estimate_seconds, frontier, search_seconds
 from .seeds import seed_baseline, seed_specs
 from .settings import (ALPHA_KEEP, DEFAULT_LAMBDAS, INIT_FLOOR, JW_ACCEPT, JW_EPS, JW_INIT_NOISE, JW_K, JW_LR,
                        JW_PENALTY, JW_STEPS, LN2)
 from .site import Site
 
 __all__ = ["jsd", "tvd", "Site", "Problem", "prepare", "evaluate", "check_model", "frontier", "Frontier",
+           "estimate_seconds", "search_seconds",
            "jain_wallace", "JWResult", "seed_baseline", "seed_specs", "SeedPoint", "baselines",
            "lower_envelope", "best_per_lambda", "DEFAULT_LAMBDAS", "JW_EPS", "JW_ACCEPT", "JW_STEPS", "JW_LR", "LN2"]

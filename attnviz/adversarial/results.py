@@ -101,9 +101,11 @@ class Frontier:
                  f"while the output moves by TVD {self.tvd[i]:.4f} (< {eps:g}).")
         top = self.prediction(i)[0] if i else None
         if top is not None:
-            s += f" The prediction there is still '{top[0]}' at {top[1]:.2f}" if top[0] == self.y0_top[0][0] \
-                else f" The top prediction there changes to '{top[0]}'"
-            s += f" (originally '{self.y0_top[0][0]}' at {self.y0_top[0][1]:.2f})."
+            from ..plots import readable_token  # 'Ġthe' (byte-level BPE) as a reader writes it: 'the'
+            word, word0 = readable_token(top[0]), readable_token(self.y0_top[0][0])
+            s += f" The prediction there is still '{word}' at {top[1]:.2f}" if top[0] == self.y0_top[0][0] \
+                else f" The top prediction there changes to '{word}'"
+            s += f" (originally '{word0}' at {self.y0_top[0][1]:.2f})."
         return s + tail
 
 

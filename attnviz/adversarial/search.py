@@ -68,6 +68,57 @@ def baselines(pb: Problem, permutations: int = 100, seed: int = 0, batch: int = 
     return pj, pt, (float(uj[0]), float(ut[0]))
 
 
+def _step_seconds(pb: Problem, b: int, dtype: torch.dtype) -> float:
+    """Wall-clock seconds of one optimisation step (softmax, the output through the rest of the model,
+    both distances, backward) for a batch of b candidate attentions, as frontier's loop runs it."""
+    R, m = pb.alpha0.shape[0], int(pb.allowed.sum())
+    theta = torch.zeros(b, R, m, dtype=dtype, device=pb.x.device).requires_grad_(True)
+    opt = torch.optim.Adam([theta], lr=0.1, eps=1e-20)
+    times = []
+    with torch.inference_mode(False), torch.enable_grad():
+        while len(times) < 2 or (len(times) < 7 and sum(times) < 0.3):
+            t0 = time.perf_counter()
+            j, t, _ = pb.distances(pb.softmax_rows(theta))
+            opt.zero_grad(set_to_none=True)
+            (t - j).sum().backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times[1:]))  # the first of a batch size allocates
+
+
+def search_seconds(t1: float, tB: float, B: int, K: int, restarts: int, steps: int, prune: int,
+                   jw_steps: int = 0, jw_k: int = 5, permutations: int = 100) -> float:
+    """Seconds of a frontier (and Jain & Wallace's search) from a step's time measured at batch 1 (t1)
+    and at batch B (tB), a step at batch b costing t1 + (tB - t1)·(b - 1)/(B - 1): `prune` steps of
+    all K·restarts members, the rest of K (one restart) or 2K (restart 1 and the best random one);
+    jw_steps steps of jw_k adversaries; the baselines, one forward (half a step) per 128 permutations."""
+    def at(b):
+        return t1 + (tB - t1) * (b - 1) / max(B - 1, 1)
+    Rs = max(1, int(restarts))
+    after = K * min(Rs, 2)
+    total = prune * at(K * Rs) + (steps - prune) * at(after) + jw_steps * at(jw_k)
+    total += 0.5 * math.ceil((permutations + 1) / 128) * at(min(permutations + 1, 128))
+    return float(total)
+
+
+def estimate_seconds(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, steps: int = 200,
+                     restarts: int = 3, target: Optional[int] = None, jw_steps: int = 0,
+                     permutations: int = 100, max_tokens: int = DEFAULT_MAX_TOKENS,
+                     dtype: torch.dtype = torch.float32) -> float:
+    """About how long frontier(lm, text, site, lambdas, steps, restarts) (plus jain_wallace with jw_steps)
+    takes here: the problem is prepared as the search does (one forward pass of the model) and one step
+    of the search (Adam's included) is timed at batch 1 and at the search's full batch (the median of 1
+    to 6 runs after an untimed one, about 0.3 s of steps); the rest is search_seconds. Costs about one
+    forward pass and a few steps of the search."""
+    pb = prepare(lm, text, site, target, dtype, max_tokens)
+    K, Rs = len(list(lambdas)), max(1, int(restarts))
+    B = K * Rs
+    t1 = _step_seconds(pb, 1, dtype)
+    tB = _step_seconds(pb, B, dtype) if B > 1 else t1
+    prune = steps // 4 if Rs > 2 else steps
+    return search_seconds(t1, tB, B, K, Rs, steps, prune, jw_steps, settings.JW_K, permutations)
+
+
 def frontier(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LAMBDAS, steps: int = 200,
              restarts: int = 3, lr: float = 0.1, seed: int = 0, target: Optional[int] = None,
              dtype: torch.dtype = torch.float32, permutations: int = 100, top_k: int = 5,
