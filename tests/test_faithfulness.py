@@ -410,6 +410,12 @@ def test_faithfulness_page_tables(monkeypatch):
 
     pos = [j for j in range(len(ids)) if not enc.special[j] and j != t]
     f0 = f(ids)
+    # the target box says when the model's own top answer is under 0.2 (an uncertain guess is explained)
+    if getattr(out, "logits", None) is not None:
+        top = float(torch.softmax(out.logits[0, t].double(), -1).max())
+        box = " ".join(i.value for i in at.info if "Target quantity" in i.value)
+        assert ("model is unsure" in box) == (top < 0.2), (top, box)
+        assert top >= 0.2 or f"probability {top:.2f}" in box
     blank = []
     for j in pos:
         b = ids.clone()

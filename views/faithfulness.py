@@ -129,7 +129,13 @@ if _res is None:  # asked for, cancelled or failed: the page says which above
 imp, corr, notes, sentence_seconds = _res
 
 labels = figures.token_labels(imp.tokens)
-st.info(f"Target quantity: {ui.plain(imp.target.label)} = {imp.f0:.4g} on this sentence.", icon=":material/target:")
+_unsure = ""
+if contrast is None and a.prediction and a.prediction[0][1] < ui.UNSURE_BELOW:
+    _unsure = (f" **The model is unsure:** its top answer has probability {a.prediction[0][1]:.2f} (under "
+               f"{ui.UNSURE_BELOW:.1f}), so this explains an uncertain guess"
+               + ("; a correct and a wrong word (above) ask the sharper question." if kind == "token" else "."))
+st.info(f"Target quantity: {ui.plain(imp.target.label)} = {imp.f0:.4g} on this sentence.{_unsure}",
+        icon=":material/target:")
 for m, why in a.disabled.items():
     if m in methods:
         st.warning(f"{ui.method_label(m)}: {ui.plain(why)}", icon=":material/block:")
