@@ -133,8 +133,13 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
     bar = st.progress(0.0, text="Searching for adversarial attention…")
     t0 = time.perf_counter()
 
+    est = ss.get("adv_estimates", {}).get(key)
+
     def progress(stage, f):
-        left = ui.time_left(time.perf_counter() - t0, f)  # from the share done so far (no estimate before it starts)
+        el = time.perf_counter() - t0
+        left = ui.time_left(el, f)  # from the share done so far; before that from the estimate shown
+        if not left and est is not None:
+            left = f" — about {ui.secs(max(est - el, 0.0))} left"
         bar.progress(min(1.0, max(0.0, f)), text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %{left}")
         if ui.PROGRESS_PAUSE > 0:
             time.sleep(ui.PROGRESS_PAUSE)
