@@ -299,8 +299,11 @@ def test_model_page_facts_and_hub_error(app_spec, lm):
     table = at.table[0].value
     facts = dict(zip(table["property"], table["value"]))
     d = lm.describe()
-    for k in ("layers", "heads", "hidden", "parameters", "task", "family"):
+    for k in ("layers", "heads", "hidden", "task", "family"):
         assert facts[k] == str(d[k])
+    # large counts with thousands separators, the same number
+    assert int(facts["parameters"].replace(",", "")) == d["parameters"]
+    assert d["parameters"] < 10_000 or facts["parameters"] == f"{d['parameters']:,}"
     assert at.success and "Self-check passed" in at.success[0].value
     # the model folder's README.md (a built-in model's card with its accuracy tables), front matter cut
     readme = Path(str(d["source"])) / "README.md"

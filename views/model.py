@@ -85,7 +85,9 @@ lm = ui.model()
 if lm is not None:
     d = lm.describe()
     check = d.pop("self_check")
-    st.table({"property": list(d), "value": [str(v) for v in d.values()]})
+    # counts with thousands separators (134,515,008 parameters, not 134515008)
+    st.table({"property": list(d), "value": [f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) and v >= 10_000
+                                             else str(v) for v in d.values()]})
     if check is None:
         st.warning(ui.plain(lm.disabled_reason or "no self-check was run"), icon=":material/warning:")
     elif check["ok"]:
