@@ -834,6 +834,13 @@ def test_estimate_seconds_times_the_search_steps(copy_lm, monkeypatch):
     est = A.estimate_seconds(lm, SENTENCE, site, lambdas=lams, steps=40, restarts=3, jw_steps=20)
     assert calls == [1, 12]
     assert est == pytest.approx(A.search_seconds(0.011, 0.022, 12, 4, 3, 40, 10, jw_steps=20))
+    # a slow step (all layers of a large model): the full batch of 12 is not run; batch 6 (6 × 0.5 s of
+    # batch 1 = 3 s) is, and the line through batches 1 and 6 (0.2 + 0.3·b) gives batch 12: 3.8 s
+    calls.clear()
+    monkeypatch.setattr(search, "_step_seconds", lambda pb, b, dtype: calls.append(b) or 0.2 + 0.3 * b)
+    est = A.estimate_seconds(lm, SENTENCE, site, lambdas=lams, steps=40, restarts=3, jw_steps=20)
+    assert calls == [1, 6]
+    assert est == pytest.approx(A.search_seconds(0.5, 3.8, 12, 4, 3, 40, 10, jw_steps=20))
     monkeypatch.undo()
     real = A.estimate_seconds(lm, SENTENCE, site, lambdas=lams, steps=40, restarts=1)
     assert 0 < real < 60

@@ -83,6 +83,8 @@ def _step_seconds(pb: Problem, b: int, dtype: torch.dtype) -> float:
             (t - j).sum().backward()
             opt.step()
             times.append(time.perf_counter() - t0)
+            if b > 1 and times[0] > 0.3:  # a slow step: one is enough (it errs long: the first allocates)
+                return times[0]
     return float(np.median(times[1:]))  # the first of a batch size allocates
 
 
@@ -108,13 +110,21 @@ def estimate_seconds(lm, text, site: Site, lambdas: Sequence[float] = DEFAULT_LA
     """About how long frontier(lm, text, site, lambdas, steps, restarts) (plus jain_wallace with jw_steps)
     takes here: the problem is prepared as the search does (one forward pass of the model) and one step
     of the search (Adam's included) is timed at batch 1 and at the search's full batch (the median of 1
-    to 6 runs after an untimed one, about 0.3 s of steps); the rest is search_seconds. Costs about one
-    forward pass and a few steps of the search."""
+    to 6 runs after an untimed one, about 0.3 s of steps; a batch step over 0.3 s is run once); where B
+    steps of batch 1 would pass 3 s, a batch b2 < B (b2 steps of one under 3 s) is timed instead and
+    the line through batch 1 and b2 followed to B. The rest is search_seconds. Costs about one forward pass and a few steps of the search."""
     pb = prepare(lm, text, site, target, dtype, max_tokens)
     K, Rs = len(list(lambdas)), max(1, int(restarts))
     B = K * Rs
     t1 = _step_seconds(pb, 1, dtype)
-    tB = _step_seconds(pb, B, dtype) if B > 1 else t1
+    tB = t1
+    if B > 1:
+        # a full-batch step that could take seconds (all layers of a large model, a long text) is not run:
+        # the largest batch b2 whose b2 steps of one member stay under 3 s is, and the line through
+        # (1, t1) and (b2, t(b2)) is followed to B
+        b2 = B if t1 * B <= 3.0 else max(2, int(3.0 / t1))
+        t2 = _step_seconds(pb, b2, dtype)
+        tB = t1 + (t2 - t1) * (B - 1) / (b2 - 1)
     prune = steps // 4 if Rs > 2 else steps
     return search_seconds(t1, tB, B, K, Rs, steps, prune, jw_steps, settings.JW_K, permutations)
 
