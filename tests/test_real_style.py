@@ -112,6 +112,65 @@ def test_extra_names_file_gives_each_name_one_sex():
     assert not {"said", "made", "ran", "less", "among", "odd", "media"} & set(male + female)
 
 
+# --- round 5: a short list of common non-English first names (data/first_names_common.tsv) ---
+
+def _tiny_corpus(tmp_path):
+    """The files load_lists reads, in the format scripts/build_corpus.py writes them."""
+    (tmp_path / "names_male.txt").write_text("\n".join(MALE) + "\n")
+    (tmp_path / "names_female.txt").write_text("\n".join(FEMALE) + "\n")
+    (tmp_path / "surnames.txt").write_text("smith\ngarcia\nbrown\n")
+    (tmp_path / "nouns.txt").write_text("\n".join(NOUNS) + "\n")
+    (tmp_path / "sentences.txt").write_text("".join(f"the {n} and the {L.plural(n)} were here .\n" * 3 for n in NOUNS))
+    return tmp_path
+
+
+def test_common_names_file_is_a_short_subset_of_the_extra_names():
+    """data/first_names_common.tsv (scripts/build_common_names.py): one sex per name, each name on round
+    4's first_names_extra.tsv with the same sex (so the same filters hold), short enough that a 300-step
+    run draws each name about twice (849 male, 771 female)."""
+    male, female = R.read_extra_names(R.COMMON_NAMES)
+    xm, xf = R.read_extra_names()
+    assert (len(male), len(female)) == (849, 771)
+    assert set(male) <= set(xm) and set(female) <= set(xf)
+    assert not set(male) & set(female)
+    assert all(n.isascii() and n.isalpha() and n.islower() and len(n) >= 3 for n in male + female)
+    assert {"wolfgang", "klaus", "lars"} <= set(male) and not {"said", "made", "john"} & set(male + female)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_common_names_option(tmp_path, seed):
+    """load_lists(common_names=True) (train_real --common-names): the persons' first names are drawn from
+    the common list now and then, the items stay right; off (the default), the lists and so the items
+    are round 3's; one list at a time."""
+    corpus = _tiny_corpus(tmp_path)
+    off, on = R.load_lists(corpus), R.load_lists(corpus, common_names=True)
+    assert off.extra_male == off.extra_female == []
+    assert R.items("pronoun", 300, off, seed) == R.items("pronoun", 300, R.load_lists(corpus, common_names=False), seed)
+    cm, cf = R.read_extra_names(R.COMMON_NAMES)
+    assert (on.extra_male, on.extra_female) == (cm, cf)
+    male, female = _sex_words()
+    male, female = male | set(cm), female | set(cf)
+    items = R.items("pronoun", 600, on, seed)
+    seen = collections.Counter()
+    for it in items:
+        seg = _subject_segment(it).split()
+        seen.update(w for w in seg if w in male | female and w in set(cm) | set(cf))
+        plural = " and " in f" {' '.join(seg)} " or any(w in R.PLURAL_PEOPLE for w in seg)
+        if not plural:
+            sexes = {"m" for w in seg if w in male} | {"f" for w in seg if w in female}
+            assert len(sexes) == 1, (it, seg)
+            assert it["answer"] == ("his" if sexes == {"m"} else "her"), it
+    assert len(seen) > 50  # many different common names as subjects
+    with pytest.raises(ValueError):
+        R.load_lists(corpus, extra_names=True, common_names=True)
+
+
+def test_train_real_refuses_both_name_lists(tmp_path):
+    from attnviz.builtin import train_real
+    with pytest.raises(SystemExit):
+        train_real.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--extra-names", "--common-names"])
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_agreement_items_agree_with_the_head_noun(seed):
     sg, pl = set(NOUNS), {L.plural(n) for n in NOUNS}

@@ -5,7 +5,8 @@ prepositional phrases).
 
 Two tasks, labelled by construction (the label is a rule of the frame, not a model's guess):
 - pronoun: one antecedent person (a first name from the census lists, or with `load_lists(...,
-  extra_names=True)` now and then one of data/first_names_extra.tsv, with an optional surname, a
+  extra_names=True)` now and then one of data/first_names_extra.tsv, with `common_names=True` one of
+  the shorter data/first_names_common.tsv, with an optional surname, a
   title and a name, or a gendered noun) is the subject of the main clause; the possessive after the
   main verb refers to it; the distractors (0-4) are people of the other sex inside a relative
   clause, a "whose" clause, an apposition or a fronted phrase, where they cannot be the subject.
@@ -128,24 +129,28 @@ class Lists:
     female: list
     surnames: list
     nouns_sg: list  # nouns whose singular and plural both occur in the corpus
-    # first names the census lists lack (data/first_names_extra.tsv, round 4): drawn for a person's
-    # first name EXTRA_SHARE of the time when present; empty = the round-3 generator, draw for draw
+    # first names the census lists lack (data/first_names_extra.tsv, round 4, or its common subset
+    # data/first_names_common.tsv, round 5): drawn for a person's first name EXTRA_SHARE of the time
+    # when present; empty = the round-3 generator, draw for draw
     extra_male: list = field(default_factory=list)
     extra_female: list = field(default_factory=list)
 
 
 EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
+COMMON_NAMES = Path(__file__).resolve().parent / "data" / "first_names_common.tsv"
 EXTRA_SHARE = 0.3
 
 
 def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
-    """(male, female) first names of data/first_names_extra.tsv (scripts/build_extra_names.py)."""
+    """(male, female) first names of data/first_names_extra.tsv (scripts/build_extra_names.py) or of
+    another file in its format (data/first_names_common.tsv, scripts/build_common_names.py)."""
     rows = [ln.split("\t") for ln in Path(path).read_text(encoding="utf-8").splitlines()
             if ln.strip() and not ln.startswith("#")]
     return [n for n, s in rows if s == "m"], [n for n, s in rows if s == "f"]
 
 
-def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False) -> Lists:
+def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False,
+               common_names: bool = False) -> Lists:
     corpus = Path(corpus)
     read = lambda name: (corpus / name).read_text(encoding="utf-8").split()  # noqa: E731
     # a noun is a WordNet noun seen after "the" (singular) and its plural seen after "the" too: that
@@ -157,7 +162,9 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
              and counts[L.plural(w)] >= min_pl and L.plural(w) != w]
     nouns = sorted(set(nouns) | {w for w in L.OBJECT_NOUNS + L.INSTITUTION_NOUNS + L.PERSON_NOUNS
                                  if not w.endswith("s")})
-    extra = read_extra_names() if extra_names else ([], [])
+    if extra_names and common_names:
+        raise ValueError("extra_names and common_names are two lists for the same draw: pick one")
+    extra = read_extra_names() if extra_names else read_extra_names(COMMON_NAMES) if common_names else ([], [])
     return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra)
 
 

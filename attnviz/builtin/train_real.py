@@ -93,6 +93,10 @@ def main(argv=None) -> None:
     ap.add_argument("--extra-names", action="store_true",
                     help="real-style pronoun items also draw first names from "
                          "attnviz/builtin/data/first_names_extra.tsv (round 4; off = the round-3 generator)")
+    ap.add_argument("--common-names", action="store_true",
+                    help="real-style pronoun items also draw first names from the shorter list of common "
+                         "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
+                         "round-3 generator; not with --extra-names)")
     ap.add_argument("--init", default=None,
                     help="start from this model folder's weights (fine-tuning) instead of random ones; its "
                          "tokenizer is used (implies --tokenizer INIT unless given)")
@@ -102,6 +106,8 @@ def main(argv=None) -> None:
                     help="reuse this folder's tokenizer instead of learning one (the seeds of one model share "
                          "seed 0's, so that their attention over a sentence can be compared token by token)")
     args = ap.parse_args(argv)
+    if args.extra_names and args.common_names:
+        ap.error("--extra-names and --common-names: pick one")
     if args.init and not args.tokenizer:
         args.tokenizer = args.init
     torch.set_num_threads(1)
@@ -123,7 +129,8 @@ def main(argv=None) -> None:
     if n_styled:
         from . import real_style
         try:
-            lists = real_style.load_lists(Path(args.corpus), extra_names=args.extra_names)
+            lists = real_style.load_lists(Path(args.corpus), extra_names=args.extra_names,
+                                          common_names=args.common_names)
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
                              "python scripts/build_corpus.py --out " + args.corpus) from None
@@ -229,7 +236,7 @@ def main(argv=None) -> None:
             "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
-            "extra_names": args.extra_names,
+            "extra_names": args.extra_names, "common_names": args.common_names,
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
             "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
