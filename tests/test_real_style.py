@@ -69,6 +69,28 @@ def test_pronoun_items_refer_to_the_subject(seed):
 EXTRA_M, EXTRA_F = ["wolfgang", "johann", "giacomo"], ["ingeborg", "priya", "giuliana"]
 
 
+def _check_subject_reading(items, male, female, extras, others_too=False) -> collections.Counter:
+    """The plain reading of a pronoun item: a singular subject's words name one sex, and the answer is
+    its pronoun (others_too: no other person of that sex before the blank). -> how often each name of
+    `extras` appears in a subject."""
+    seen = collections.Counter()
+    for it in items:
+        seg = _subject_segment(it).split()
+        seen.update(w for w in seg if w in extras)
+        plural = " and " in f" {' '.join(seg)} " or any(w in R.PLURAL_PEOPLE for w in seg)
+        if plural:
+            continue
+        sexes = {"m" for w in seg if w in male} | {"f" for w in seg if w in female}
+        assert len(sexes) == 1, (it, seg)
+        want = "his" if sexes == {"m"} else "her"
+        assert it["answer"] == want, it
+        if others_too:
+            words = it["text"].lower().split()
+            rest = [w for w in words[:words.index("[mask]")] if w not in seg]
+            assert not [w for w in rest if w in (male if want == "his" else female)], it
+    return seen
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_pronoun_items_with_extra_names_refer_to_the_subject(seed):
     """With extra first names the items stay right by the same plain reading (each extra name has the
@@ -78,19 +100,7 @@ def test_pronoun_items_with_extra_names_refer_to_the_subject(seed):
     male, female = _sex_words()
     male, female = male | set(EXTRA_M), female | set(EXTRA_F)
     items = R.items("pronoun", 600, lists, seed)
-    seen = collections.Counter()
-    for it in items:
-        seg = _subject_segment(it).split()
-        seen.update(w for w in seg if w in EXTRA_M + EXTRA_F)
-        sexes = {"m" for w in seg if w in male} | {"f" for w in seg if w in female}
-        plural = " and " in f" {' '.join(seg)} " or any(w in R.PLURAL_PEOPLE for w in seg)
-        if not plural:
-            assert len(sexes) == 1, (it, seg)
-            want = "his" if sexes == {"m"} else "her"
-            assert it["answer"] == want, it
-            words = it["text"].lower().split()
-            rest = [w for w in words[:words.index("[mask]")] if w not in seg]
-            assert not [w for w in rest if w in (male if want == "his" else female)], it
+    seen = _check_subject_reading(items, male, female, set(EXTRA_M + EXTRA_F), others_too=True)
     assert set(seen) == set(EXTRA_M + EXTRA_F)
     with_first = sum(any(w in MALE + FEMALE + EXTRA_M + EXTRA_F for w in _subject_segment(it).split()) for it in items)
     assert 0.1 * with_first < sum(seen.values()) < 0.6 * with_first
@@ -151,15 +161,7 @@ def test_common_names_option(tmp_path, seed):
     male, female = _sex_words()
     male, female = male | set(cm), female | set(cf)
     items = R.items("pronoun", 600, on, seed)
-    seen = collections.Counter()
-    for it in items:
-        seg = _subject_segment(it).split()
-        seen.update(w for w in seg if w in male | female and w in set(cm) | set(cf))
-        plural = " and " in f" {' '.join(seg)} " or any(w in R.PLURAL_PEOPLE for w in seg)
-        if not plural:
-            sexes = {"m" for w in seg if w in male} | {"f" for w in seg if w in female}
-            assert len(sexes) == 1, (it, seg)
-            assert it["answer"] == ("his" if sexes == {"m"} else "her"), it
+    seen = _check_subject_reading(items, male, female, set(cm) | set(cf))
     assert len(seen) > 50  # many different common names as subjects
     with pytest.raises(ValueError):
         R.load_lists(corpus, extra_names=True, common_names=True)
