@@ -131,6 +131,43 @@ def test_blank_out_and_leave_one_out_match_per_token_loop(tokenizer, family, con
     assert np.nanmin(imp.values["blank_out"]) > 0 and np.nanmin(np.abs(imp.signed["leave_one_out"])) > 0
 
 
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_leave_one_out_says_when_deletion_shifts_absolute_positions(make_tiny, family):
+    """Deleting a token before the target moves the target one position; on a model with absolute
+    position embeddings (BERT, GPT-2) a note says so, with the median |Δf| before and after the target
+    computed here from the values; a rotary model (Llama) gets no such note."""
+    lm = make_tiny(family)
+    text = SENTENCE if family == "bert" else "the keys to the cabinet"
+    enc = encode(lm, text)
+    imp = F.importance(lm, enc, baselines=["leave_one_out"])
+    notes = [s for s in imp.notes if "absolute position embeddings" in s]
+    if family == "llama":
+        assert notes == []
+        return
+    assert len(notes) == 1
+    v, pos, t = imp.values["leave_one_out"], np.asarray(imp.positions), enc.target
+    before = [abs(v[j]) for j in pos if j < t and np.isfinite(v[j])]  # values: one per token
+    after = [abs(v[j]) for j in pos if j > t and np.isfinite(v[j])]
+    assert f"median change here {np.median(before):.3g} for the {len(before)} tokens before" in notes[0]
+    assert (f"against {np.median(after):.3g} for the {len(after)} after it" in notes[0]) == bool(after)
+
+
+def test_importance_figure_wraps_a_long_target_title():
+    """A long target label is wrapped (it ran off a 1024 px screen on one line), escaped, and says the
+    same words; the top margin grows with the lines."""
+    from attnviz.faithfulness.figures import importance_figure
+
+    label = ("cosine of the final hidden state at position 34 ([MASK]) to its unperturbed value, "
+             "with a <b>token</b>")
+    imp = types.SimpleNamespace(positions=[1, 2], tokens=["[CLS]", "a", "b"], target=types.SimpleNamespace(label=label),
+                                values={"blank_out": np.array([np.nan, 0.1, 0.2])})
+    fig = importance_figure(imp)
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) >= 2 and all(len(x) <= 64 + 20 for x in lines)  # + room for &lt; &gt;
+    assert " ".join(lines) == "importance for " + label.replace("<", "&lt;").replace(">", "&gt;")
+    assert fig.layout.margin.t == 70 + 18 * (len(lines) - 1)
+
+
 def test_include_target_and_blank_token_fallback(make_tiny):
     lm = make_tiny("bert")
     enc = encode(lm, SENTENCE)

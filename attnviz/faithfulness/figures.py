@@ -1,7 +1,9 @@
 """Plotly figures for faithfulness: arrays in, figures out (no Streamlit)."""
 from __future__ import annotations
 
+import html
 import math
+import textwrap
 from typing import Optional, Sequence
 
 import numpy as np
@@ -41,8 +43,12 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
                              marker_color="#d62728" if k < len(imp.values) else "#1f77b4",
                              hovertemplate="%{x}: %{y:.4g}<extra>" + name + "</extra>"), row=k + 1, col=1)
     fig.update_xaxes(showticklabels=True, tickfont=dict(size=11), automargin=True)
-    fig.update_layout(height=160 * len(panels) + 100, margin=dict(l=40, r=10, t=70, b=40),
-                      title=dict(text=f"importance for {imp.target.label}", y=0.995, yanchor="top"))
+    # a long target ("cosine of the final hidden state at position 34 ([MASK]) to its unperturbed
+    # value") ran off a 1024 px screen on one line: wrapped, escaped (plotly reads a little HTML)
+    lines = textwrap.wrap(f"importance for {imp.target.label}", 64) or [""]
+    fig.update_layout(height=160 * len(panels) + 100 + 18 * (len(lines) - 1),
+                      margin=dict(l=40, r=10, t=70 + 18 * (len(lines) - 1), b=40),
+                      title=dict(text="<br>".join(html.escape(x, quote=False) for x in lines), y=0.995, yanchor="top"))
     return fig
 
 
