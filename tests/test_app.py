@@ -541,6 +541,19 @@ def test_faithfulness_names_and_estimate(app_spec, lm):
     assert any("Estimate: about" in c.value and "measured just now" in c.value for c in at.caption)
 
 
+def test_study_estimate_times_the_set_when_this_sentence_is_no_measure():
+    """The corpus study's estimate: cheap sentences -> time 3 of the set; a slow sentence about as long as
+    the set's -> its own time; a slow sentence far longer or shorter -> time 1 of the set."""
+    from views import ui
+
+    assert ui.study_timing_sentences(1.5, 160, 15.0) == 3
+    assert ui.study_timing_sentences(42.0, 16, 15.0) is None  # similar length: its own time
+    assert ui.study_timing_sentences(42.0, 22, 15.0) is None and ui.study_timing_sentences(42.0, 23, 15.0) == 1
+    assert ui.study_timing_sentences(42.0, 160, 15.0) == 1  # the 160-token paragraph against the set
+    assert ui.study_timing_sentences(42.0, 9, 15.0) == 1
+    assert ui.study_timing_sentences(42.0, 160, None) is None  # no set: nothing else to measure
+
+
 def test_every_method_has_a_colour_bar_unit_and_an_explanation():
     from views import ui
 

@@ -271,16 +271,31 @@ if s2.button("Run the study", key="fa_study_go", icon=":material/play_arrow:"):
             store[key] = res
         bar.empty()
 
-@st.cache_data(show_spinner="Timing one sentence of the set for the estimate…", max_entries=16)
-def _time_one_study_sentence(spec: str, methods: tuple, baselines: tuple, ig_steps: int, include_target: bool, _lm):
-    """Seconds per sentence the study takes for the set's first 3 sentences with these settings (None if
+@st.cache_data(show_spinner=False, max_entries=16)
+def _set_mean_tokens(spec: str, _lm, k: int = 20):
+    """Mean token count of the set's first k sentences under this model's tokenizer (None if the set is
+    missing)."""
+    try:
+        from attnviz.builtin import load_eval_set
+
+        items = load_eval_set("agreement", k)
+    except (OSError, ValueError):
+        return None
+    lens = [len(_lm.tokenizer(it["text"])["input_ids"]) for it in items]
+    return float(np.mean(lens)) if lens else None
+
+
+@st.cache_data(show_spinner="Timing sentences of the set for the estimate…", max_entries=16)
+def _time_one_study_sentence(spec: str, methods: tuple, baselines: tuple, ig_steps: int, include_target: bool, _lm,
+                             k: int = 3):
+    """Seconds per sentence the study takes for the set's first k sentences with these settings (None if
     the set is missing)."""
     import time
 
     try:
         from attnviz.builtin import load_eval_set
 
-        items = load_eval_set("agreement", 3)
+        items = load_eval_set("agreement", k)
     except (OSError, ValueError):
         return None
     t0 = time.perf_counter()
@@ -294,17 +309,22 @@ def _time_one_study_sentence(spec: str, methods: tuple, baselines: tuple, ig_ste
 
 res = store.get(key)
 if res is None:
-    # timing the set's sentences costs three sentences' work: worth it when a sentence takes a moment,
-    # not on a large model where this sentence's own (already measured) time is the honest estimate
-    per = None if sentence_seconds > 2.0 else _time_one_study_sentence(
-        lm.spec, tuple(corr.methods), tuple(corr.baselines), int(ig_steps), bool(include_target), lm)
+    # timing the set's sentences costs three sentences' work: worth it when a sentence takes a moment;
+    # on a large model this sentence's own (already measured) time is the honest estimate when it is about
+    # as long as the set's sentences; when it is not (a 160-token paragraph against ~15-token items: its
+    # 42 s a sentence made "139 min" of a 10-minute study), the set's first sentence is timed instead
+    k = ui.study_timing_sentences(sentence_seconds, len(a.tokens), _set_mean_tokens(lm.spec, lm))
+    per = None if k is None else _time_one_study_sentence(
+        lm.spec, tuple(corr.methods), tuple(corr.baselines), int(ig_steps), bool(include_target), lm, k)
     if per is None:
         per, how = sentence_seconds, "this sentence took"
+    elif k > 1:
+        how = f"the set's first {k} sentences took, each"
     else:
-        how = "the set's first 3 sentences took"
+        how = "the set's first sentence took"
     est = per * int(n_items)
     st.caption(f"Press the button to run it (progress is shown). Estimate: about {est:.0f} s "
-               f"({est / 60:.1f} min) for {int(n_items)} sentences — {how} {per:.2f} s each with these settings, "
+               f"({est / 60:.1f} min) for {int(n_items)} sentences — {how} {per:.2f} s with these settings, "
                "measured just now on this machine (the time per sentence varies with its length and the "
                "machine's load).")
 else:

@@ -572,6 +572,18 @@ def _cancel(key) -> None:
     st.session_state.setdefault("_cancelled", set()).add(key)
 
 
+def study_timing_sentences(sentence_seconds: float, n_tokens: int, set_tokens: Optional[float]) -> Optional[int]:
+    """How many of the evaluation set's sentences to time for the corpus study's estimate: 3 when this
+    sentence took at most 2 s (cheap); none (this sentence's own time stands) when it took longer and
+    is about as long as the set's sentences (2/3 to 1.5 times their mean token count, or that mean is
+    unknown); else 1 (a 160-token paragraph is no measure for 15-token items)."""
+    if sentence_seconds <= 2.0:
+        return 3
+    if set_tokens is None or 2 / 3 <= n_tokens / set_tokens <= 1.5:
+        return None
+    return 1
+
+
 def secs(x: float) -> str:
     """An estimate in words: 0.4 s, 12 s, 3 min."""
     return f"{x:.1f} s" if x < 10 else f"{x:.0f} s" if x < 120 else f"{x / 60:.0f} min"
