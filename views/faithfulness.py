@@ -317,14 +317,15 @@ if res is None:
     per = None if k is None else _time_one_study_sentence(
         lm.spec, tuple(corr.methods), tuple(corr.baselines), int(ig_steps), bool(include_target), lm, k)
     if per is None:
-        per, how = sentence_seconds, "this sentence took"
+        per = sentence_seconds
+        how = f"this sentence took {per:.2f} s"
     elif k > 1:
-        how = f"the set's first {k} sentences took, each"
+        how = f"the set's first {k} sentences took {per:.2f} s each"
     else:
-        how = "the set's first sentence took"
+        how = f"the set's first sentence took {per:.2f} s"
     est = per * int(n_items)
     st.caption(f"Press the button to run it (progress is shown). Estimate: about {est:.0f} s "
-               f"({est / 60:.1f} min) for {int(n_items)} sentences — {how} {per:.2f} s with these settings, "
+               f"({est / 60:.1f} min) for {int(n_items)} sentences — {how} with these settings, "
                "measured just now on this machine (the time per sentence varies with its length and the "
                "machine's load).")
 else:
