@@ -285,6 +285,38 @@ def row_ticks(n: int, every: int, target: Optional[int] = None) -> list:
     return sorted(keep)
 
 
+def ratio_heatmap(R: np.ndarray, labels: Sequence[str], name: str) -> go.Figure:
+    """R [L, n] context-mixing ratios -> heatmap token (rows) × layer (columns), percent. Up to
+    LONG_MAP_PX of 22 px rows every row is named (numbers in the cells up to 40 rows); a longer text
+    gets a map LONG_MAP_PX tall with every k-th row named (row_label_every) and the token on hover (at
+    160 tokens the rows of 22 px made a 3,600 px strip whose colour bar and layer names were screens
+    apart)."""
+    L, n = R.shape[0], len(labels)
+    z = 100 * np.asarray(R, dtype=np.float64).T
+    x = [f"layer {l}" for l in range(1, L + 1)]
+    bar = dict(title="%")
+    if 22 * n <= LONG_MAP_PX:
+        fig = go.Figure(go.Heatmap(z=z, x=x, y=list(labels), zmin=0, zmax=100, colorscale="Blues", xgap=1, ygap=1,
+                                   texttemplate="%{z:.0f}" if n <= 40 else None,
+                                   hovertemplate="%{y}, %{x}: %{z:.1f} %<extra></extra>", colorbar=bar))
+        fig.update_yaxes(autorange="reversed", type="category")
+        height = max(300, 22 * n + 120)
+    else:
+        every = row_label_every(n)
+        ticks = row_ticks(n, every)
+        text = [[labels[i]] * L for i in range(n)]
+        fig = go.Figure(go.Heatmap(z=z, x=x, y=list(range(n)), zmin=0, zmax=100, colorscale="Blues", xgap=1,
+                                   text=text, hovertemplate="%{text}, %{x}: %{z:.1f} %<extra></extra>",
+                                   colorbar=bar))
+        fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels[i] for i in ticks],
+                         title_text=f"token (one name in {every}; hover for each)", title_font=dict(size=11))
+        height = LONG_MAP_PX + 120
+    fig.update_xaxes(type="category")
+    fig.update_layout(title=f"{name}: context-mixing ratio per token", height=height,
+                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white", meta="token_heatmap")
+    return fig
+
+
 def _log_ticks(lo: float, hi: float):
     """Decade ticks between log10 values lo and hi -> (tickvals, ticktext)."""
     import math

@@ -228,6 +228,26 @@ def test_flow_edge_flows_are_a_maximum_flow_matching_igraph():
             assert inflow == pytest.approx(outflow, abs=1e-12)
 
 
+def test_ratio_heatmap_short_and_long():
+    """Context mixing's per-token ratios: a short text names every row (22 px each); 160 tokens make a
+    map LONG_MAP_PX tall with every k-th row named and each token on hover, the values unchanged."""
+    rng = np.random.default_rng(5)
+    for n in (10, 160):
+        R = rng.random((6, n))
+        labels = plots.token_labels([f"w{i}" for i in range(n)])
+        fig = plots.ratio_heatmap(R, labels, "AttnResLn-N")
+        hm = fig.data[0]
+        np.testing.assert_allclose(np.asarray(hm.z, dtype=float), 100 * R.T)
+        if n == 10:
+            assert list(hm.y) == labels and fig.layout.height == 22 * n + 120
+            continue
+        assert fig.layout.height == plots.LONG_MAP_PX + 120 < 22 * n
+        k = plots.row_label_every(n)
+        assert k > 1 and list(fig.layout.yaxis.tickvals) == list(range(0, n, k))
+        assert list(fig.layout.yaxis.ticktext) == [labels[i] for i in range(0, n, k)]
+        assert [row[0] for row in hm.text] == labels  # every token on hover
+
+
 def test_graph_figure_hides_light_edges():
     rng = np.random.default_rng(7)
     A = _stochastic(rng, 2, 5, 5)

@@ -89,22 +89,6 @@ def layer_lines(per_layer: dict, title: str, key: str) -> go.Figure:
     return fig
 
 
-def token_heatmap(R: np.ndarray, labels: list, name: str) -> go.Figure:
-    """R [L, n] ratio -> heatmap token (rows) × layer (columns), percent."""
-    L = R.shape[0]
-    z = 100 * np.asarray(R, dtype=np.float64).T
-    fig = go.Figure(go.Heatmap(z=z, x=[f"layer {l}" for l in range(1, L + 1)], y=labels, zmin=0, zmax=100,
-                               colorscale="Blues", xgap=1, ygap=1,
-                               texttemplate="%{z:.0f}" if len(labels) <= 40 else None,
-                               hovertemplate="%{y}, %{x}: %{z:.1f} %<extra></extra>",
-                               colorbar=dict(title="%")))
-    fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(type="category")
-    fig.update_layout(title=f"{name}: context-mixing ratio per token", height=max(300, 22 * len(labels) + 120),
-                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white", meta="token_heatmap")
-    return fig
-
-
 def _means(ratios: dict, keep: np.ndarray) -> dict:
     return {k: v[:, keep].mean(1) for k, v in ratios.items()}
 
@@ -130,7 +114,7 @@ st.caption(f"ATBFFRESLN completeness error (the parts plus the remainder against
 
 name = st.selectbox("Ratio per token", list(ATTN + FFN), index=len(ATTN + FFN) - 1, key="cm_token_method",
                     format_func=lambda k: f"{k} — {EXPLAIN[k]}")
-st.plotly_chart(token_heatmap(sm.ratios[name], labels, name), key="cm_token_heatmap")
+st.plotly_chart(plots.ratio_heatmap(sm.ratios[name], labels, name), key="cm_token_heatmap")
 
 
 # ---------------------------------------------------------------------------------- side by side
