@@ -207,10 +207,12 @@ def cmd_analyze(args) -> int:
                 d["notes"].append(export.nonfinite_note(fbad, len(fbad)))
         out.write_text(json.dumps(d, ensure_ascii=False, allow_nan=False), encoding="utf-8")
         kept = "written as null and listed under 'nonfinite'"
-    pred = ", ".join(f"{t} {p:.3f}" for t, p in a.prediction[:3])
-    print(f"{len(a.tokens)} tokens, target {a.target} ({a.tokens[a.target]})" + (f", prediction: {pred}" if pred else "")
-          + f" -> {out}")
-    for note in a.notes:
+    from .plots import readable_token  # 'Ġare' (byte-level BPE) printed as a reader writes it: 'are'
+
+    pred = ", ".join(f"'{readable_token(t)}' {p:.3f}" for t, p in a.prediction[:3])
+    print(f"{len(a.tokens)} tokens, target {a.target} ('{readable_token(a.tokens[a.target])}')"
+          + (f", prediction: {pred}" if pred else "") + f" -> {out}")
+    for note in list(a.notes) + (list(r.notes) if args.faithfulness else []):
         print(f"note: {note}")
     if bad:
         why = next((n for n in a.notes if n.startswith("values are not finite")), "")

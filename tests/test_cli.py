@@ -31,8 +31,13 @@ def test_analyze_json_matches_model(tiny_folder, tmp_path, capsys):
     out = tmp_path / "a.json"
     rc = main(["analyze", "--model", str(folder), "--text", SENTENCE, "--out", str(out), "--faithfulness",
                "--contrast", "is,are", "--baselines", "blank_out,leave_one_out", "--methods", "attention,rollout"])
-    assert rc == 0 and str(out) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert rc == 0 and str(out) in printed
     d = json.loads(out.read_text())
+    # the faithfulness notes are printed too (here leave-one-out's on BERT's absolute positions)
+    assert d["faithfulness"]["notes"] and all(f"note: {n}" in printed for n in d["faithfulness"]["notes"])
+    assert any("absolute position embeddings" in n for n in d["faithfulness"]["notes"])
+    assert f"target {d['target']} ('{d['tokens'][d['target']]}')" in printed
     ids = lm.tokenizer(SENTENCE, return_tensors="pt").input_ids
     assert d["tokens"] == lm.tokenizer.convert_ids_to_tokens(ids[0].tolist())
     with torch.no_grad():
