@@ -207,12 +207,16 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     if enc.blank and kind == "token":
         top = int(np.argmax(tr.output_probs()))
         if pred and lm.tokenizer.convert_ids_to_tokens(top) != pred[0][0]:
+            from .plots import readable_token  # 'Ġthe' (byte-level BPE) as a reader writes it
+
             notes.append(f"the blank is a word, so only tokens that start a word are ranked; the most likely next "
-                         f"token overall is '{lm.tokenizer.convert_ids_to_tokens(top)}' "
+                         f"token overall is '{readable_token(lm.tokenizer.convert_ids_to_tokens(top))}' "
                          f"({float(tr.output_probs()[top]):.2f})")
     if kind == "hidden":
+        from .plots import readable_token
+
         notes.append("this model has no output head: the target is the final hidden state at "
-                     f"position {enc.target} ({enc.tokens[enc.target]})")
+                     f"position {enc.target} ({readable_token(enc.tokens[enc.target])})")
     bad = _nonfinite(maps, mix, pred)
     if bad:
         why = (lm.check.reason if lm.check is not None and not lm.check.ok and "not finite" in (lm.check.reason or "")
