@@ -541,6 +541,25 @@ def test_faithfulness_names_and_estimate(app_spec, lm):
     assert any("Estimate: about" in c.value and "measured just now" in c.value for c in at.caption)
 
 
+def test_line_view_of_a_long_text_says_how_to_read_it(app_spec, lm):
+    """Lines past STRIP_OPEN_MAX tokens: a caption gives the view's height and points to hovering and to
+    heatmaps; a short text gets none."""
+    from views import ui
+
+    long_text = " ".join(["the dogs near the old house"] * 14) + " [MASK] ."
+    for text, says in (("the keys to the cabinet [MASK] on the table .", False), (long_text, True)):
+        at = new_app(app_spec, methods="attention", draw="lines", text=text).run()
+        no_exception(at)
+        caps = [c.value for c in at.caption if "line view is" in c.value]
+        assert bool(caps) == says, caps
+        if says:
+            import re
+            m = re.search(r"At (\d+) tokens each line view is ([\d,]+) px", caps[0])
+            n = len(lm.tokenizer(text)["input_ids"])  # the model's own count of the text's tokens
+            assert m and int(m.group(1)) == n > ui.STRIP_OPEN_MAX
+            assert int(m.group(2).replace(",", "")) == 46 + 22 * n + 70
+
+
 def test_study_estimate_times_the_set_when_this_sentence_is_no_measure():
     """The corpus study's estimate: cheap sentences -> time 3 of the set; a slow sentence about as long as
     the set's -> its own time; a slow sentence far longer or shorter -> time 1 of the set."""

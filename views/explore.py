@@ -165,6 +165,10 @@ def maps_panel():
     if st.session_state.get("draw") == "lines":
         st.markdown(f"**{ui.plain(fig_title)}** — right: the receiving token (row i); left: the tokens it draws "
                     "from (column j). Line weight = the value, relative to the map's largest.")
+        if len(view.labels) > ui.STRIP_OPEN_MAX:  # 160 tokens: 3,600 px of crossing lines a map
+            st.caption(f"At {len(view.labels)} tokens each line view is {46 + 22 * len(view.labels) + 70:,} px "
+                       "tall and its lines cross densely: hover a token to see only its own lines, or draw "
+                       "heatmaps to see a whole map on one screen.")
         from streamlit.components.v1 import html as component_html
         for c, (m, M) in enumerate(zip(shown, mats)):  # one above the other: readable at 1024 px
             with st.container(key=f"lines_{m}"):
