@@ -99,12 +99,21 @@ def arr(x):
 def chart_js(page, key: str, expr: str):
     """Evaluate `expr` (a function of g, the plotly chart drawn with this Streamlit key); typed
     arrays (plotly decodes numpy data into them) come back as plain lists."""
-    page.wait_for_function("k => { const g = document.querySelector('.st-key-' + k + ' .js-plotly-plot'); "
-                           "return !!(g && g.data && g.layout); }", arg=key, timeout=60_000)
-    return page.locator(f".st-key-{key} .js-plotly-plot").first.evaluate(
-        """(g, expr) => { const plain = v => (ArrayBuffer.isView(v) || Array.isArray(v)) ? Array.from(v, plain)
-                                              : (v && v._inputArray) ? {dtype: v.dtype, bdata: v.bdata, shape: v.shape} : v;
-                          return plain(eval(expr)(g)); }""", expr)
+    # a chart being redrawn (the app's rerun after a click) can hold an empty data list for a moment
+    # (CI failed once on g.data[0] right after the title had changed): wait for traces, and try again
+    # once if the chart was replaced between the wait and the read
+    for attempt in range(2):
+        page.wait_for_function("k => { const g = document.querySelector('.st-key-' + k + ' .js-plotly-plot'); "
+                               "return !!(g && g.data && g.data.length && g.layout); }", arg=key, timeout=60_000)
+        try:
+            return page.locator(f".st-key-{key} .js-plotly-plot").first.evaluate(
+                """(g, expr) => { const plain = v => (ArrayBuffer.isView(v) || Array.isArray(v)) ? Array.from(v, plain)
+                                                      : (v && v._inputArray) ? {dtype: v.dtype, bdata: v.bdata, shape: v.shape} : v;
+                                  return plain(eval(expr)(g)); }""", expr)
+        except Exception:
+            if attempt:
+                raise
+            page.wait_for_timeout(500)
 
 
 def wait_idle(page, timeout=180_000):
@@ -213,6 +222,7 @@ def test_heads_click_opens_explore_and_script_text_is_text(server, browser, spec
     page.mouse.move(x + w * 0.3, y + h * 0.3)
     page.mouse.click(x + w * 0.3, y + h * 0.3)
     maps_title_has(page, "layer 2 · head 3")
+    wait_idle(page)  # the rerun the click started has finished: the chart read next is the final one
     ref = attnviz.analyze(lm, text, methods=["attention"])
     z = chart_js(page, "maps", "g => g.data[0].z")
     np.testing.assert_allclose(arr(z), ref.maps["attention"].heads[1, 2], rtol=1e-6, atol=1e-9)
