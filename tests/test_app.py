@@ -560,6 +560,20 @@ def test_line_view_of_a_long_text_says_how_to_read_it(app_spec, lm):
             assert int(m.group(2).replace(",", "")) == 46 + 22 * n + 70
 
 
+def test_time_left_and_unsure_note():
+    """time_left: from the share done once 5 % and 1 s are past, before that from the estimate given (or
+    nothing); unsure_note: under UNSURE_BELOW only, with the probability and what follows."""
+    from views import ui
+
+    assert ui.time_left(10.0, 0.5) == " — about 10 s left"
+    assert ui.time_left(0.5, 0.01) == "" and ui.time_left(0.5, 0.01, 46.0) == " — about 46 s left"
+    assert ui.time_left(50.0, 0.02, 46.0) == " — about 0.0 s left"  # past the estimate: never negative
+    assert ui.time_left(10.0, 0.5, 99.0) == " — about 10 s left"  # the measured share wins
+    assert ui.unsure_note(ui.UNSURE_BELOW, "x") is None
+    note = ui.unsure_note(0.113, "read on.")
+    assert note.startswith("**The model is unsure:**") and "0.11" in note and note.endswith("; read on.")
+
+
 def test_study_estimate_times_the_set_when_this_sentence_is_no_measure():
     """The corpus study's estimate: cheap sentences -> time 3 of the set; a slow sentence about as long as
     the set's -> its own time; a slow sentence far longer or shorter -> time 1 of the set."""

@@ -136,10 +136,7 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
     est = ss.get("adv_estimates", {}).get(key)
 
     def progress(stage, f):
-        el = time.perf_counter() - t0
-        left = ui.time_left(el, f)  # from the share done so far; before that from the estimate shown
-        if not left and est is not None:
-            left = f" — about {ui.secs(max(est - el, 0.0))} left"
+        left = ui.time_left(time.perf_counter() - t0, f, est)  # from the estimate shown, then the share done
         bar.progress(min(1.0, max(0.0, f)), text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %{left}")
         if ui.PROGRESS_PAUSE > 0:
             time.sleep(ui.PROGRESS_PAUSE)
@@ -348,10 +345,11 @@ def explore(fr, jw):
     # no toolbar on the small bar charts: on hover it covered their titles
     p1.plotly_chart(before, key="adv_pred_before", config={"displayModeBar": False})
     p2.plotly_chart(after, key="adv_pred_after", config={"displayModeBar": False})
-    if fr.y0_top and fr.y0_top[0][1] < ui.UNSURE_BELOW:
-        st.caption(f"**The model is unsure here:** its top answer has probability {fr.y0_top[0][1]:.2f} (under "
-                   f"{ui.UNSURE_BELOW:.1f}), so the words above mean little as predictions. TVD compares the whole "
-                   "output distributions, so how far the output moves is measured all the same.")
+    unsure = fr.y0_top and ui.unsure_note(fr.y0_top[0][1], "the words above mean little as predictions. TVD "
+                                          "compares the whole output distributions, so how far the output "
+                                          "moves is measured all the same.")
+    if unsure:
+        st.caption(unsure)
     pm = fr.perm_summary()
     lines = [f"- **Permutations** ({len(fr.perm_jsd)}): JSD median {pm['jsd_median']:.3f}, TVD median "
              f"{pm['tvd_median']:.4f} (range {pm['tvd_min']:.4f}–{pm['tvd_max']:.4f}).",

@@ -129,12 +129,10 @@ if _res is None:  # asked for, cancelled or failed: the page says which above
 imp, corr, notes, sentence_seconds = _res
 
 labels = figures.token_labels(imp.tokens)
-_unsure = ""
-if contrast is None and a.prediction and a.prediction[0][1] < ui.UNSURE_BELOW:
-    _unsure = (f" **The model is unsure:** its top answer has probability {a.prediction[0][1]:.2f} (under "
-               f"{ui.UNSURE_BELOW:.1f}), so this explains an uncertain guess"
-               + ("; a correct and a wrong word (above) ask the sharper question." if kind == "token" else "."))
-st.info(f"Target quantity: {ui.plain(imp.target.label)} = {imp.f0:.4g} on this sentence.{_unsure}",
+_unsure = (contrast is None and a.prediction and ui.unsure_note(
+    a.prediction[0][1], "this explains an uncertain guess"
+    + ("; a correct and a wrong word (above) ask the sharper question." if kind == "token" else "."))) or ""
+st.info(f"Target quantity: {ui.plain(imp.target.label)} = {imp.f0:.4g} on this sentence. {_unsure}".rstrip(),
         icon=":material/target:")
 for m, why in a.disabled.items():
     if m in methods:

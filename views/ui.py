@@ -404,10 +404,19 @@ def prediction_caveats(a, lm) -> list:
     out = []
     if is_builtin(lm):
         out.append(BUILTIN_CAVEAT)
-    if a.prediction and a.prediction[0][1] < UNSURE_BELOW:
-        out.append(f"**The model is unsure:** its top answer has probability {a.prediction[0][1]:.2f} (under "
-                   f"{UNSURE_BELOW:.1f}); read the maps as how it arrives at an uncertain guess.")
+    if a.prediction:
+        note = unsure_note(a.prediction[0][1], "read the maps as how it arrives at an uncertain guess.")
+        if note:
+            out.append(note)
     return out
+
+
+def unsure_note(p: float, then: str) -> Optional[str]:
+    """"**The model is unsure:** its top answer has probability 0.11 (under 0.2); " + then, or None when
+    the top answer's probability p is UNSURE_BELOW or more. Every page that shows a prediction says it so."""
+    if p >= UNSURE_BELOW:
+        return None
+    return f"**The model is unsure:** its top answer has probability {p:.2f} (under {UNSURE_BELOW:.1f}); {then}"
 
 
 def _p(x: float) -> str:
@@ -508,10 +517,13 @@ def cached_result(key: tuple):
         return None
 
 
-def time_left(elapsed: float, f: float) -> str:
-    """" — about 12 s left" from the share f of the work done in `elapsed` seconds; "" while too little
-    is done to say (under 5 %, or the first second)."""
-    return f" — about {secs(elapsed / f * (1 - f))} left" if f > 0.05 and elapsed > 1.0 else ""
+def time_left(elapsed: float, f: float, estimate: Optional[float] = None) -> str:
+    """" — about 12 s left" from the share f of the work done in `elapsed` seconds; while too little is
+    done to say (under 5 %, or the first second), from `estimate` (the seconds said before the start) if
+    given, else ""."""
+    if f > 0.05 and elapsed > 1.0:
+        return f" — about {secs(elapsed / f * (1 - f))} left"
+    return f" — about {secs(max(estimate - elapsed, 0.0))} left" if estimate is not None else ""
 
 
 def with_progress(key: tuple, compute, what: str, cancel_key=None):
