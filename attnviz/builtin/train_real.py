@@ -15,6 +15,9 @@ The output folder is a model folder (`attnviz evaluate --model FOLDER --set real
 distractors in relative clauses, appositions and stacked phrases; half agreement, half pronoun),
 taken from the corpus side. A held-out set of such items (another seed) is scored with the
 grammar's dev sets at every evaluation ("styled_agreement", "styled_pronoun").
+
+--generated FOLDER (round 6): sentences of biographies written by pkg:smollm2 (scripts/generate_bios.py)
+become items as the corpus sentences do, --generated-share of all items, taken from the corpus side.
 """
 
 from __future__ import annotations
@@ -97,6 +100,10 @@ def main(argv=None) -> None:
                     help="real-style pronoun items also draw first names from the shorter list of common "
                          "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
                          "round-3 generator; not with --extra-names)")
+    ap.add_argument("--generated", default=None,
+                    help="a folder of scripts/generate_bios.py (sentences.txt: biographies written by pkg:smollm2); "
+                         "its sentences become items like the corpus's, --generated-share of all items")
+    ap.add_argument("--generated-share", type=float, default=0.1)
     ap.add_argument("--init", default=None,
                     help="start from this model folder's weights (fine-tuning) instead of random ones; its "
                          "tokenizer is used (implies --tokenizer INIT unless given)")
@@ -108,6 +115,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.extra_names and args.common_names:
         ap.error("--extra-names and --common-names: pick one")
+    if args.generated:
+        gpath = Path(args.generated, "sentences.txt")
+        if not gpath.exists():
+            raise SystemExit(f"{gpath} is missing: make it with python scripts/generate_bios.py --out {args.generated}")
     if args.init and not args.tokenizer:
         args.tokenizer = args.init
     torch.set_num_threads(1)
@@ -163,13 +174,20 @@ def main(argv=None) -> None:
         tok.save_pretrained(str(out))
     else:
         tok = build_tokenizer(out, sents + gram_texts + styled_texts, args.vocab_size, required)
-    n_real = n_total - len(gram) - len(styled)
+    generated = []
+    if args.generated:
+        gen_items = real_items(gpath.read_text(encoding="utf-8").splitlines(), rng)
+        for it in gen_items:
+            it["source"] = "generated"
+        n_gen = int(n_total * args.generated_share)
+        generated = [gen_items[i % len(gen_items)] for i in range(n_gen)] if gen_items else []
+    n_real = n_total - len(gram) - len(styled) - len(generated)
     real_train = [real[i % len(real)] for i in range(max(0, n_real))]
-    items = gram + real_train + styled
+    items = gram + real_train + styled + generated
     enc = Encoded(tok, items)
     dev_enc = {t: Encoded(tok, v) for t, v in dev.items()}
     print(f"data: {len(gram)} grammar + {len(real_train)} corpus items ({len(real)} distinct) + "
-          f"{len(styled)} styled, "
+          f"{len(styled)} styled + {len(generated)} generated, "
           f"vocab {len(tok)}, {time.time() - t0:.0f}s", flush=True)
 
     if args.init:
@@ -237,6 +255,8 @@ def main(argv=None) -> None:
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
             "extra_names": args.extra_names, "common_names": args.common_names,
+            "generated": args.generated, "generated_share": args.generated_share if args.generated else 0.0,
+            "n_generated_items": len(generated),
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
             "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
