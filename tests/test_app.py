@@ -529,6 +529,12 @@ def test_minimal_pair_page(app_spec, lm):
     assert sum(c.startswith("**Built-in model:**") for c in caps) == (1 if app_spec.startswith("builtin:") else 0)
     unsure = sum(r.prediction[0][1] < 0.2 for r in (ra, rb))
     assert sum("**The model is unsure:**" in c for c in caps) == unsure
+    # the sidebar's sentence box says it is not used here (and, on Explore, how to write a sentence)
+    side = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("**Not used on this page:**") for c in side), side
+    assert not any(c.startswith("Write **") for c in side)
+    side = [c.value for c in new_app(app_spec).run().sidebar.caption]
+    assert any(c.startswith("Write **") for c in side) and not any("Not used" in c for c in side)
 
 
 def test_faithfulness_names_and_estimate(app_spec, lm):

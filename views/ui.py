@@ -268,6 +268,11 @@ def _spec_label(s: str) -> str:
     return s
 
 
+# pages that do not read the sidebar's sentence: what the sentence box says there instead of how to write it
+OWN_SENTENCES = {"minimal_pair": "**Not used on this page:** Minimal pair compares its own two sentences, "
+                                 "A and B, written on the page. This box is for the other pages."}
+
+
 def sidebar() -> None:
     """The model picker and the sentence box shared by all pages."""
     with st.sidebar:
@@ -279,7 +284,10 @@ def sidebar() -> None:
         st.selectbox("Examples", [PRESET_NONE] + list(presets()), key="preset", on_change=_apply_preset)
         st.text_area("Sentence", key="text", persist_state="session", on_change=_reset_target, height=110,
                      help="Write [MASK] where the model should predict a word.")
-        if _loaded_task() == "causal_lm":
+        own = OWN_SENTENCES.get(st.session_state.get("_page"))
+        if own:
+            st.caption(own)
+        elif _loaded_task() == "causal_lm":
             st.caption("Write **\\[MASK\\]** for the word the model predicts. This model reads left to "
                        "right: it sees only the words before \\[MASK\\] and predicts the next word. Press "
                        "Ctrl+Enter (or click outside the box) to apply.")
