@@ -35,6 +35,10 @@ def _style(fig: go.Figure) -> go.Figure:
 
 # ----------------------------------------------------------------------------------------- labels
 
+# the characters GPT-2's byte-to-unicode table maps bytes to themselves (printable Latin-1)
+_BYTE_CHARS = frozenset(chr(b) for b in [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)])
+
+
 def readable_token(tok: str) -> str:
     """A vocabulary entry as a person reads it: byte-level BPE entries ('Ġare', 'Ċ') decoded by the
     tokenizers library's ByteLevel decoder, SentencePiece's word mark '▁' dropped, the leading space
@@ -44,6 +48,13 @@ def readable_token(tok: str) -> str:
     if any(256 <= ord(c) <= 323 for c in t):  # GPT-2's byte-to-unicode table maps bytes there
         from tokenizers.decoders import ByteLevel
         t = ByteLevel().decode([t])
+    elif any(ord(c) >= 0x80 for c in t) and all(c in _BYTE_CHARS for c in t):
+        # 'Ã©' is 'é' in GPT-2's table (bytes C3 A9 map to themselves): decode it when the bytes are
+        # valid UTF-8; a WordPiece entry such as 'café' (E9 alone is no UTF-8) stays as it is
+        try:
+            t = bytes(ord(c) for c in t).decode("utf-8")
+        except UnicodeDecodeError:
+            pass
     elif "▁" in t:
         t = t.replace("▁", " ")
     t = t.replace("\n", "↵").replace("\t", "⇥").strip(" ")

@@ -27,6 +27,37 @@ def test_token_labels_carry_position_and_are_escaped():
     assert len(set(labels)) == len(labels)  # duplicates ("the") stay distinct categories
 
 
+def _gpt2_byte_chars():
+    """GPT-2's bytes_to_unicode table, written out: printable Latin-1 bytes map to themselves, the
+    other 68 to chr(256 + k) in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, k = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + k)
+            k += 1
+    return table
+
+
+@pytest.mark.parametrize("word", ["é", "ö", "café", " café", " are", "пр", "日本", "’s", " naïve", "\n"])
+def test_readable_token_decodes_byte_level_entries(word):
+    """A byte-level BPE entry (the word's UTF-8 bytes through GPT-2's table: 'Ã©' for 'é') reads as the
+    word, without its leading space; 'Ã©' has no character of the table's upper range, which is what
+    the app once missed (SmolLM2's next token after 'caf' was shown as 'Ã©')."""
+    table = _gpt2_byte_chars()
+    entry = "".join(table[b] for b in word.encode("utf-8"))
+    assert plots.readable_token(entry) == word.strip(" ").replace("\n", "↵")
+
+
+@pytest.mark.parametrize("entry", ["café", "naïve", "##é", "[CLS]", "über", "Ã"])
+def test_readable_token_keeps_wordpiece_entries(entry):
+    """WordPiece / plain entries stay as they are, also those whose Latin-1 letters are no valid UTF-8
+    as bytes; a lone lead byte ('Ã') is not decoded to a replacement character."""
+    assert plots.readable_token(entry) == entry
+
+
 # ------------------------------------------------------------------------------------ word groups and views
 
 
@@ -42,6 +73,8 @@ def test_word_groups_wordpiece_and_word_ids():
     bpe = ["Ġthe", "Ġcab", "inet", "Ġis"]
     assert plots.word_groups(bpe, [False] * 4) == [[0], [1, 2], [3]]
     assert plots.group_text(bpe, [1, 2]) == "cabinet"
+    # a word whose bytes are split over pieces ('Ġna', 'Ã¯', 've' = ' naïve') reads whole once merged
+    assert plots.token_labels([plots.group_text(["Ġna", "Ã¯", "ve"], [0, 1, 2])]) == ["0·naïve"]
 
 
 def test_view_hide_special_renormalises_rows_like_a_loop():
