@@ -277,11 +277,18 @@ def test_flow_graph_page(app_spec, lm):
     # rollout from the output (the target) to all inputs: each level carries 1 in total
     caption = " ".join(c.value for c in at.caption)
     assert "1.0000" in caption
-    # one input: the total equals the rollout value, a product of matrices written here
-    at.selectbox(key="graph_source").set_value(1).run()
-    R = np.eye(n)
+    R = np.eye(n)  # rollout, a product of matrices written here
     for l in range(L):
         R = Ah[l] @ R
+    # an input that receives half or more of the output's rollout is named, with its share
+    j = int(np.argmax(R[ref.target]))
+    said = [c.value for c in at.caption if "of it ends at" in c.value]
+    assert len(said) == (R[ref.target, j] >= 0.5), (said, R[ref.target])
+    if said:
+        assert said[0].startswith(f"**{100 * R[ref.target, j]:.0f} % of it ends at {j}")
+    # one input: the total equals the rollout value
+    at.selectbox(key="graph_source").set_value(1).run()
+    assert not any("of it ends at" in c.value for c in at.caption)
     caption = " ".join(c.value for c in at.caption)
     assert f"{R[ref.target, 1]:.4f}" in caption
     at.radio(key="graph_method").set_value("flow").run()

@@ -271,10 +271,29 @@ def test_every_page_runs_on_smollm2(smol, page):
         import json
         data = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
         assert len([d for d in data if d.get("type") == "heatmap"]) == 30 * 10  # 9 heads + the mean
+    if page == "flow_graph":  # rollout from the target, a product written here: the first token's share is named
+        import numpy as np
+
+        a = attnviz_analysis(smol, TEXT)
+        A = a.maps["attention"].layer
+        n = A.shape[-1]
+        R = np.eye(n)
+        for l in range(A.shape[0]):
+            R = (0.5 * A[l] + 0.5 * np.eye(n)) @ R
+        assert R[a.target, 0] >= 0.5  # SmolLM2's attention sink
+        said = [c.value for c in at.caption if "of it ends at" in c.value]
+        assert len(said) == 1 and said[0].startswith(f"**{100 * R[a.target, 0]:.0f} % of it ends at 0")
+        assert "attention sink" in said[0]
     if page == "faithfulness":
         info = " ".join(i.value for i in at.info)
         assert "p\\('are'\\)" in info  # markdown-escaped
         assert any("endoftext" in c.value and "blank-out" in c.value for c in at.caption)
+
+
+def attnviz_analysis(lm, text):
+    import attnviz
+
+    return attnviz.analyze(lm, text, methods=["attention"])
 
 
 def test_adversarial_page_on_smollm2(smol):
