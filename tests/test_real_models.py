@@ -234,6 +234,14 @@ def test_explore_on_smollm2_shows_the_input_the_blank_and_the_prediction(smol):
     assert z.shape == (5, 5)
     np.testing.assert_allclose(z, a.maps["attention"].layer[0], rtol=1e-5, atol=1e-7)
     assert at.query_params["model"] == ["pkg:smollm2"] or at.query_params["model"] == "pkg:smollm2"
+    # at the top layer rollout piles up at the first token (it reads only itself): the page says why
+    at.slider(key="layer").set_value(30).run()
+    R = np.eye(5)
+    for l in range(30):
+        R = (0.5 * a.maps["attention"].layer[l] + 0.5 * np.eye(5)) @ R
+    assert R[:, 0].sum() / R.sum() >= 0.5
+    caps = [c.value for c in at.caption if "Most of the map's total" in c.value]
+    assert len(caps) == 1 and "Attention rollout" in caps[0] and "pile up" in caps[0], caps
 
 
 def test_the_sidebar_offers_examples_for_a_causal_model(smol):

@@ -183,9 +183,13 @@ def maps_panel():
         if sinks:
             said = "; ".join(f"{ui.method_label(m)}: {100 * share:.0f} % in column {view.labels[j]}"
                              for m, j, share in sinks)
+            why = ("(On causal models the first token often takes attention the model does not need: an "
+                   "attention sink.")
+            if ui._loaded_task() == "causal_lm" and any(j == 0 and m in ("rollout", "flow") for m, j, _ in sinks):
+                why += (" And it reads only itself, so what reaches it stays there: over many layers rollout and "
+                        "flow pile up at it.")
             st.caption(f"**Most of the map's total is in one column** ({ui.plain(said)}), so on this colour scale "
-                       "the other cells look white. Turn on **Log colours** to see them. (On causal models the "
-                       "first token often takes attention the model does not need: an attention sink.)")
+                       f"the other cells look white. Turn on **Log colours** to see them. {why})")
     if every > 1:
         rows_every = plots.row_label_every(n_lab)
         rows_said = ("every row is labelled" if rows_every <= 1 else
