@@ -416,6 +416,28 @@ def test_study_on_a_model_without_head_ignores_contrasts(make_tiny):
 
 
 # ---------------------------------------------------------------- the app page
+# two-sided 5 % critical values for n ranks without ties (Zar 1972, J. Am. Stat. Assoc. 67, Table 1;
+# Kendall: the exact null distribution tables, e.g. Kendall & Gibbons, Rank Correlation Methods)
+SPEARMAN_05 = {5: 1.000, 6: 0.886, 7: 0.786, 8: 0.738, 9: 0.700}
+KENDALL_05 = {5: 1.000, 6: 0.867, 7: 0.714, 8: 0.643, 9: 0.556}
+
+
+def test_chance_level_matches_published_critical_values():
+    for n, c in SPEARMAN_05.items():
+        got, exact = F.chance_level(n, "spearman")
+        assert exact and got == pytest.approx(c, abs=6e-4), n
+    for n, c in KENDALL_05.items():
+        got, exact = F.chance_level(n, "kendall")
+        assert exact and got == pytest.approx(c, abs=6e-4), n
+    # 3 or 4 tokens: even a perfect correlation comes by chance more than one time in 20 (2 of 24)
+    assert F.chance_level(4, "spearman") == (None, True) and F.chance_level(3, "kendall") == (None, True)
+    # above the exact range: the normal approximation, close to the exact tables (n = 10: 0.648 / 0.511)
+    got, exact = F.chance_level(10, "spearman")
+    assert not exact and got == pytest.approx(0.648, abs=0.01)
+    got, _ = F.chance_level(10, "kendall")
+    assert got == pytest.approx(0.511, abs=0.03)
+
+
 @pytest.mark.slow
 def test_faithfulness_page_tables(monkeypatch):
     """The page's correlation table against an independent reference (the model's own attentions, an
@@ -467,6 +489,12 @@ def test_faithfulness_page_tables(monkeypatch):
         row = out.attentions[l][0].double().mean(0)[t].numpy()[pos]
         assert df.loc["Raw attention", f"L{l + 1}"] == pytest.approx(scipy.stats.spearmanr(row, blank).statistic, abs=1e-6)
     assert len(at.get("plotly_chart")) == 1
+    # few tokens compared: the table says what chance alone reaches (published critical value, n <= 20)
+    said = [c.value for c in at.caption if "chance alone reaches" in c.value or "beyond chance" in c.value]
+    crit = SPEARMAN_05.get(len(pos))
+    assert bool(said) == (len(pos) <= 20), (len(pos), said)
+    if crit is not None:
+        assert f"|ρ| ≥ {crit:.2f} one time in 20" in said[0], said
     # the corpus panel on 3 sentences
     at.number_input(key="fa_study_n").set_value(3)
     at.button(key="fa_study_go").click()

@@ -5,6 +5,8 @@ table of rank correlations. Below: the corpus study on the built-in evaluation s
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -165,6 +167,7 @@ st.subheader("Importance and the maps' rows", anchor=False)
 bars_panel(imp, rows, corr.n_layers)
 
 # ---------------------------------------------------------------- correlation table
+CHANCE_NOTE_MAX = 20  # up to this many tokens compared, the table says what chance alone reaches
 st.subheader("Rank correlation with importance", anchor=False)
 t1, t2 = st.columns(2)
 baseline = t1.selectbox("Against", corr.baselines, format_func=F.baseline_label, key="fa_table_baseline")
@@ -189,6 +192,20 @@ best = corr.best(stat)[:, bi]
 st.caption("Highlighted: the best map in each layer (" +
            ", ".join(f"L{l + 1} {ui.method_label(corr.methods[m])}" for l, m in enumerate(best) if m >= 0) +
            "). n/a: undefined.")
+
+n_cmp = int(np.max(corr.n_tokens[:, :, bi])) if corr.n_tokens.size else 0
+if 3 <= n_cmp <= CHANCE_NOTE_MAX:  # few tokens: say what chance alone reaches
+    c, exact = F.chance_level(n_cmp, stat)
+    sym = "ρ" if stat == "spearman" else "τ"
+    if c is None:
+        st.caption(f"**With {n_cmp} tokens no value here is beyond chance:** among the {math.factorial(n_cmp)} "
+                   f"orderings of {n_cmp} tokens, 2 give |{sym}| = 1, more than one time in 20. This table "
+                   "shows how the maps compare on this sentence, not which is right; the corpus study below "
+                   "averages many sentences.")
+    else:
+        st.caption(f"**With {n_cmp} tokens, chance alone reaches |{sym}| ≥ {c:.2f} one time in 20** "
+                   + ("(counted over every ordering of the tokens)" if exact else "(about: normal approximation)")
+                   + "; smaller values say little about one sentence. The corpus study below averages many.")
 
 st.subheader("Which map should you believe? Ranked layer by layer", anchor=False)
 rk = corr.ranking(stat)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+import functools
+
 import numpy as np
 import scipy.stats
 
@@ -46,6 +48,38 @@ def rank_corr(x: np.ndarray, y: np.ndarray) -> tuple:
         what = "the map row and the importance are" if cx and cy else ("the map row is" if cx else "the importance is")
         return float("nan"), float("nan"), k, f"{what} constant over the tokens"
     return spearman(x, y), kendall_tau_b(x, y), k, None
+
+
+CHANCE_EXACT_MAX = 9  # up to this many tokens the chance level is counted over every ordering (9! = 362,880)
+
+
+@functools.lru_cache(maxsize=64)
+def chance_level(n: int, stat: str = "spearman", level: float = 0.05) -> tuple:
+    """How large a rank correlation over n tokens (no ties) must be before chance alone reaches it less
+    often than `level`, two-sided: (c, exact) with c the smallest value such that a random ordering gives
+    |stat| >= c with probability <= level, or None where even |stat| = 1 is more likely than that
+    (n = 4: 2 of 24 orderings). Exact counts over all n! orderings up to CHANCE_EXACT_MAX tokens; above,
+    the normal approximation (sd 1/sqrt(n-1) for Spearman, sqrt(2(2n+5) / (9n(n-1))) for Kendall)."""
+    import itertools
+
+    if n < 2:
+        return None, True
+    if n <= CHANCE_EXACT_MAX:
+        ref = np.arange(n, dtype=np.float64)
+        perms = np.array(list(itertools.permutations(range(n))), dtype=np.float64)
+        if stat == "spearman":
+            vals = 1.0 - 6.0 * ((perms - ref) ** 2).sum(1) / (n * (n * n - 1))
+        else:
+            i, j = np.triu_indices(n, 1)
+            vals = np.sign(perms[:, j] - perms[:, i]).sum(1) / (n * (n - 1) / 2)
+        a = np.round(np.abs(vals), 12)
+        for c in np.unique(a):
+            if np.mean(a >= c) <= level:
+                return float(c), True
+        return None, True
+    z = scipy.stats.norm.ppf(1 - level / 2)
+    sd = 1 / np.sqrt(n - 1) if stat == "spearman" else np.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))
+    return float(min(1.0, z * sd)), False
 
 
 @dataclass
