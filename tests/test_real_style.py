@@ -171,6 +171,9 @@ def test_train_real_refuses_both_name_lists(tmp_path):
     from attnviz.builtin import train_real
     with pytest.raises(SystemExit):
         train_real.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--extra-names", "--common-names"])
+    with pytest.raises(SystemExit):  # --hidden sizes a new model; fine-tuning keeps the model's own size
+        train_real.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--hidden", "192",
+                         "--init", str(tmp_path)])
 
 
 @pytest.mark.parametrize("seed", [0, 1])

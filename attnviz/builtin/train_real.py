@@ -18,6 +18,7 @@ grammar's dev sets at every evaluation ("styled_agreement", "styled_pronoun").
 
 --generated FOLDER (round 6): sentences of biographies written by pkg:smollm2 (scripts/generate_bios.py)
 become items as the corpus sentences do, --generated-share of all items, taken from the corpus side.
+--hidden N (from scratch only): hidden size N instead of 128 (8 heads, feed-forward 4N).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def main(argv=None) -> None:
                     help="real-style pronoun items also draw first names from the shorter list of common "
                          "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
                          "round-3 generator; not with --extra-names)")
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="from scratch only: hidden size (8 heads, feed-forward 4x hidden) instead of "
+                         f"MODEL_CONFIG's {MODEL_CONFIG['hidden_size']}")
     ap.add_argument("--generated", default=None,
                     help="a folder of scripts/generate_bios.py (sentences.txt: biographies written by pkg:smollm2); "
                          "its sentences become items like the corpus's, --generated-share of all items")
@@ -119,6 +123,8 @@ def main(argv=None) -> None:
         gpath = Path(args.generated, "sentences.txt")
         if not gpath.exists():
             raise SystemExit(f"{gpath} is missing: make it with python scripts/generate_bios.py --out {args.generated}")
+    if args.init and args.hidden:
+        ap.error("--hidden sets the size of a new model: not with --init")
     if args.init and not args.tokenizer:
         args.tokenizer = args.init
     torch.set_num_threads(1)
@@ -195,7 +201,10 @@ def main(argv=None) -> None:
         if model.config.vocab_size != len(tok):
             raise SystemExit(f"{args.init} has {model.config.vocab_size} embeddings for {len(tok)} tokens")
     else:
-        config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **MODEL_CONFIG)
+        cfg = dict(MODEL_CONFIG)
+        if args.hidden:
+            cfg.update(hidden_size=args.hidden, intermediate_size=4 * args.hidden)
+        config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **cfg)
         model = BertForMaskedLM(config)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -255,6 +264,7 @@ def main(argv=None) -> None:
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
             "extra_names": args.extra_names, "common_names": args.common_names,
+            "hidden": args.hidden or MODEL_CONFIG["hidden_size"],
             "generated": args.generated, "generated_share": args.generated_share if args.generated else 0.0,
             "n_generated_items": len(generated),
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
