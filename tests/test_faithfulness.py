@@ -422,6 +422,26 @@ SPEARMAN_05 = {5: 1.000, 6: 0.886, 7: 0.786, 8: 0.738, 9: 0.700}
 KENDALL_05 = {5: 1.000, 6: 0.867, 7: 0.714, 8: 0.643, 9: 0.556}
 
 
+def test_dominated_rows_by_a_plain_loop():
+    rng = np.random.default_rng(0)
+    rows = {"a": rng.random((4, 6)), "b": rng.random((4, 6))}
+    rows["a"][2] = [5e-4, 1.0, 2e-3, 1e-3, 3e-3, 9.0]  # position 5 is left out: position 1 holds 99.4 %
+    rows["b"][0] = [0.0, 0.0, 0.0, 0.5, 0.0, 0.0]       # one non-zero entry: 100 %
+    pos = [0, 1, 2, 3, 4]
+    got = F.dominated_rows(rows, pos)
+    want = {}
+    for name, R in rows.items():
+        for l in range(4):
+            vals = [R[l][j] for j in pos]
+            k = max(range(len(pos)), key=lambda i: vals[i])
+            if vals[k] / sum(vals) >= 0.99:
+                want.setdefault(name, []).append((l, pos[k], vals[k] / sum(vals)))
+    assert got.keys() == want.keys() == {"a", "b"}
+    for name in want:
+        assert [(l, j) for l, j, _ in got[name]] == [(l, j) for l, j, _ in want[name]]
+        assert [s for *_, s in got[name]] == pytest.approx([s for *_, s in want[name]])
+
+
 def test_chance_level_matches_published_critical_values():
     for n, c in SPEARMAN_05.items():
         got, exact = F.chance_level(n, "spearman")

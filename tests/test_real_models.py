@@ -292,6 +292,23 @@ def test_every_page_runs_on_smollm2(smol, page):
         said = [c.value for c in at.caption if "of it ends at" in c.value]
         assert len(said) == 1 and said[0].startswith(f"**{100 * R[a.target, 0]:.0f} % of it ends at 0")
         assert "attention sink" in said[0]
+    if page == "faithfulness":  # rollout's target row piles up at the first token: the layers are named
+        import numpy as np
+
+        from views import ui
+        a = attnviz_analysis(smol, TEXT)
+        A, t = a.maps["attention"].layer, a.target
+        n = A.shape[-1]
+        pos = [j for j in range(n) if j != t]  # every token but the target (SmolLM2 has no special tokens here)
+        R, dominated = np.eye(n), []
+        for l in range(A.shape[0]):
+            R = (0.5 * A[l] + 0.5 * np.eye(n)) @ R
+            row = R[t, pos]
+            if row.max() / row.sum() >= 0.99:
+                dominated.append(l)
+        assert dominated  # SmolLM2's upper layers
+        said = [c.value for c in at.caption if "of the target's row" in c.value]
+        assert len(said) == 1 and f"Attention rollout in {ui.layer_span(dominated)}" in said[0], (said, dominated)
     if page == "faithfulness":
         info = " ".join(i.value for i in at.info)
         assert "p\\('are'\\)" in info  # markdown-escaped

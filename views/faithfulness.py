@@ -13,8 +13,10 @@ import streamlit as st
 
 from attnviz import METHODS
 from attnviz import faithfulness as F
+from attnviz import plots
 from attnviz.errors import AttnvizError, InputError
 from attnviz.faithfulness import figures
+from attnviz.faithfulness.correlation import DOMINATED_SHARE
 
 try:
     from views import ui
@@ -206,6 +208,19 @@ if 3 <= n_cmp <= CHANCE_NOTE_MAX:  # few tokens: say what chance alone reaches
         st.caption(f"**With {n_cmp} tokens, chance alone reaches |{sym}| ≥ {c:.2f} one time in 20** "
                    + ("(counted over every ordering of the tokens)" if exact else "(about: normal approximation)")
                    + "; smaller values say little about one sentence. The corpus study below averages many.")
+
+dom = F.dominated_rows(rows, imp.positions)
+if dom:
+    parts = []
+    for m, hits in dom.items():
+        ls = [l for l, _, _ in hits]
+        js = sorted({j for _, j, _ in hits})
+        where = ", ".join(ui.plain(plots.token_labels(a.tokens)[j]) for j in js)
+        parts.append(f"{ui.method_label(m)} in {ui.layer_span(ls)} (on {where})")
+    st.caption(f"**One token holds {100 * DOMINATED_SHARE:.0f} % or more of the target's row:** "
+               + "; ".join(parts) + ". There the ranks of the other tokens rest on the remaining 1 % or less, "
+               "so those correlations say little (on a causal model, rollout and flow pile up at the first "
+               "token over the layers).")
 
 st.subheader("Which map should you believe? Ranked layer by layer", anchor=False)
 rk = corr.ranking(stat)

@@ -807,6 +807,19 @@ def ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
+def layer_span(layers) -> str:
+    """0-based layer indices -> "layer 3" / "layers 11–30" / "layers 2, 5–7" (counted from 1)."""
+    ls = sorted({int(x) + 1 for x in layers})
+    runs, start = [], None
+    for k, x in enumerate(ls):
+        if start is None:
+            start = x
+        if k + 1 == len(ls) or ls[k + 1] != x + 1:
+            runs.append(f"{start}" if start == x else f"{start}–{x}")
+            start = None
+    return ("layer " if len(ls) == 1 else "layers ") + ", ".join(runs)
+
+
 STRIP_OPEN_MAX = 64  # longer texts get the token strip folded (an expander), so the maps are in view
 
 

@@ -143,6 +143,29 @@ def target_rows(maps: dict, target: int, methods: Optional[Sequence[str]] = None
     return out
 
 
+DOMINATED_SHARE = 0.99
+
+
+def dominated_rows(rows: dict, positions: Sequence[int], share: float = DOMINATED_SHARE) -> dict:
+    """rows {name: [L, n]} (target rows) -> {name: [(layer, position, share), ...]}: the layers where one
+    of the compared positions holds `share` or more of the row's total over them (a non-negative row),
+    so that the ranks of the other tokens rest on the rest (rollout on a causal model piles up at the
+    first token: SmolLM2's layer-30 rows put 1.000 there)."""
+    pos = np.asarray(positions, dtype=int)
+    out = {}
+    for name, R in rows.items():
+        R = np.asarray(R, dtype=np.float64)[:, pos]
+        hits = []
+        for l in range(R.shape[0]):
+            r = R[l]
+            tot = float(r.sum()) if np.all(np.isfinite(r)) and (r >= 0).all() else 0.0
+            if tot > 0 and r.max() / tot >= share:
+                hits.append((l, int(pos[int(r.argmax())]), float(r.max() / tot)))
+        if hits:
+            out[name] = hits
+    return out
+
+
 def correlate(maps: dict, imp: Importance, methods: Optional[Sequence[str]] = None,
               baselines: Optional[Sequence[str]] = None) -> Correlations:
     """maps {name: Map or [L,n,n]} and Importance -> Correlations over imp.positions (target row)."""

@@ -28,8 +28,10 @@ INFO = MethodInfo(
           "multiplied from the bottom up. Rows sum to 1."),
     caveats=("**Caveats.** The 50/50 split between attention and residual is an assumption, not measured from the "
              "model; value vectors, feed-forward layers and LayerNorm are ignored. In upper layers rows tend to "
-             "look alike. Good at ranking input tokens for the final prediction (Abnar & Zuidema 2020), not an "
-             "exact account of the computation."),
+             "look alike. On a causal (left-to-right) model the first token reads only itself, so what reaches it "
+             "stays there, and over many layers rollout piles up at it (SmolLM2: about all of it by layer 30), "
+             "whatever the words contribute. Good at ranking input tokens for the final prediction (Abnar & "
+             "Zuidema 2020, on a bidirectional model), not an exact account of the computation."),
     reference="Abnar & Zuidema 2020",
     # AttnRes-W = (1 - ᾱ_ii) / 2 is the mixing ratio of one rollout step (0.5 ᾱ + 0.5 I)
     rows_sum_to_one=True, decomposition=False, ratios=("AttnRes-W",), cost="cheap", core=True, default_view=True)
