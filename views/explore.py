@@ -7,7 +7,6 @@ import streamlit as st
 from attnviz import METHODS, export, plots
 from views import ui
 
-SINK_SHARE = 0.5  # a map with at least this share of its total in one column gets the Log colours hint
 JSON_BYTES_PER_VALUE = 21.5  # export.to_json: ~21 bytes a number (measured on the built-in model)
 
 st.title("Explore")
@@ -179,17 +178,15 @@ def maps_panel():
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     if not st.session_state.get("log_colour"):
         sinks = [(m, *plots.dominant_column(M)) for m, M in zip(shown, mats)]
-        sinks = [(m, j, share) for m, j, share in sinks if j is not None and share >= SINK_SHARE]
+        sinks = [(m, j, share) for m, j, share in sinks if j is not None and share >= ui.SINK_SHARE]
         if sinks:
             said = "; ".join(f"{ui.method_label(m)}: {100 * share:.0f} % in column {view.labels[j]}"
                              for m, j, share in sinks)
-            why = ("(On causal models the first token often takes attention the model does not need: an "
-                   "attention sink.")
+            why = "On causal models the first token often takes attention the model does not need: an attention sink."
             if ui._loaded_task() == "causal_lm" and any(j == 0 and m in ("rollout", "flow") for m, j, _ in sinks):
-                why += (" And it reads only itself, so what reaches it stays there: over many layers rollout and "
-                        "flow pile up at it.")
+                why += " " + ui.FIRST_TOKEN_PILEUP
             st.caption(f"**Most of the map's total is in one column** ({ui.plain(said)}), so on this colour scale "
-                       f"the other cells look white. Turn on **Log colours** to see them. {why})")
+                       f"the other cells look white. Turn on **Log colours** to see them. ({why})")
     if every > 1:
         rows_every = plots.row_label_every(n_lab)
         rows_said = ("every row is labelled" if rows_every <= 1 else

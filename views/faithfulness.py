@@ -211,16 +211,13 @@ if 3 <= n_cmp <= CHANCE_NOTE_MAX:  # few tokens: say what chance alone reaches
 
 dom = F.dominated_rows(rows, imp.positions)
 if dom:
-    parts = []
-    for m, hits in dom.items():
-        ls = [l for l, _, _ in hits]
-        js = sorted({j for _, j, _ in hits})
-        where = ", ".join(ui.plain(plots.token_labels(a.tokens)[j]) for j in js)
-        parts.append(f"{ui.method_label(m)} in {ui.layer_span(ls)} (on {where})")
+    tok_labels = plots.token_labels(a.tokens)
+    parts = [f"{ui.method_label(m)} in {ui.layer_span([l for l, _, _ in hits])} (on "
+             + ", ".join(ui.plain(tok_labels[j]) for j in sorted({j for _, j, _ in hits})) + ")"
+             for m, hits in dom.items()]
     st.caption(f"**One token holds {100 * DOMINATED_SHARE:.0f} % or more of the target's row:** "
                + "; ".join(parts) + ". There the ranks of the other tokens rest on the remaining 1 % or less, "
-               "so those correlations say little (on a causal model, rollout and flow pile up at the first "
-               "token over the layers).")
+               f"so those correlations say little. {ui.FIRST_TOKEN_PILEUP}")
 
 st.subheader("Which map should you believe? Ranked layer by layer", anchor=False)
 rk = corr.ranking(stat)

@@ -6,8 +6,6 @@ import streamlit as st
 from attnviz import plots
 from views import ui
 
-SINK_SHARE = 0.5  # an input receiving at least this share of the highlighted mass gets a caption
-
 st.title("Flow graph")
 st.caption("Nodes are tokens at each layer (input at the bottom); an edge from a token to a token one "
            "layer below has the width of its weight ½·attention + ½·identity (the residual), the graph "
@@ -66,17 +64,15 @@ else:
 if ss.graph_source == ui.AUTO and total > 0:  # where the highlighted mass ends: one input taking most of it
     arrive = [sum(G.edges[(1, i), (0, j)]["through"] for i in range(n)) for j in range(n)]
     j = max(range(n), key=arrive.__getitem__)
-    share = arrive[j] / total
-    if share >= SINK_SHARE:
-        st.caption(f"**{100 * share:.0f} % of it ends at {ui.plain(labels[j])}.** "
-                   + ("On a causal model the first token reads only itself, so what reaches it stays there, and over "
-                      "many layers the product piles up at it; heads also park attention there that the model "
-                      "does not need (an attention sink), and what it passes on can be small: compare the "
-                      "value-weighted norm on Explore, which weighs each attention weight by the size of the "
-                      "vector it moves. Lower the top layer, or " if j == 0 and ui._loaded_task() == "causal_lm"
-                      else "")
-                   + ("pick" if j == 0 and ui._loaded_task() == "causal_lm" else "Pick")
-                   + " another input token at the bottom to see only the paths to it.")
+    if arrive[j] / total >= ui.SINK_SHARE:
+        why = ""
+        if j == 0 and ui._loaded_task() == "causal_lm":
+            why = (f"{ui.FIRST_TOKEN_PILEUP} Heads also park attention there that the model does not need (an "
+                   "attention sink), and what it passes on can be small: compare the value-weighted norm on "
+                   "Explore, which weighs each attention weight by the size of the vector it moves. Lower the "
+                   "top layer, or ")
+        st.caption(f"**{100 * arrive[j] / total:.0f} % of it ends at {ui.plain(labels[j])}.** {why}"
+                   + ("pick" if why else "Pick") + " another input token at the bottom to see only the paths to it.")
 with st.expander("Download", icon=":material/download:"):
     from attnviz import export
     st.download_button("Graph as PNG", lambda: export.figure_bytes(fig, "png"), file_name="attnviz_graph.png",

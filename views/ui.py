@@ -807,6 +807,12 @@ def ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
+SINK_SHARE = 0.5  # a column (Explore) or input (Flow graph) with at least this share of the total gets a caption
+# why rollout and flow end at a causal model's first token (Explore, Flow graph, Faithfulness say it alike)
+FIRST_TOKEN_PILEUP = ("The first token of a causal model reads only itself, so what reaches it stays there: over "
+                      "many layers rollout and flow pile up at it.")
+
+
 def layer_span(layers) -> str:
     """0-based layer indices -> "layer 3" / "layers 11–30" / "layers 2, 5–7" (counted from 1)."""
     ls = sorted({int(x) + 1 for x in layers})

@@ -151,16 +151,14 @@ def dominated_rows(rows: dict, positions: Sequence[int], share: float = DOMINATE
     of the compared positions holds `share` or more of the row's total over them (a non-negative row),
     so that the ranks of the other tokens rest on the rest (rollout on a causal model piles up at the
     first token: SmolLM2's layer-30 rows put 1.000 there)."""
+    from ..plots import dominant_column  # a row is a one-row map: its dominant column
+
     pos = np.asarray(positions, dtype=int)
     out = {}
     for name, R in rows.items():
         R = np.asarray(R, dtype=np.float64)[:, pos]
-        hits = []
-        for l in range(R.shape[0]):
-            r = R[l]
-            tot = float(r.sum()) if np.all(np.isfinite(r)) and (r >= 0).all() else 0.0
-            if tot > 0 and r.max() / tot >= share:
-                hits.append((l, int(pos[int(r.argmax())]), float(r.max() / tot)))
+        hits = [(l, int(pos[j]), s) for l in range(R.shape[0])
+                for j, s in [dominant_column(R[l][None, :])] if j is not None and s >= share]
         if hits:
             out[name] = hits
     return out
