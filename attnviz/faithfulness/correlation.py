@@ -58,28 +58,37 @@ def chance_level(n: int, stat: str = "spearman", level: float = 0.05) -> tuple:
     """How large a rank correlation over n tokens (no ties) must be before chance alone reaches it less
     often than `level`, two-sided: (c, exact) with c the smallest value such that a random ordering gives
     |stat| >= c with probability <= level, or None where even |stat| = 1 is more likely than that
-    (n = 4: 2 of 24 orderings). Exact counts over all n! orderings up to CHANCE_EXACT_MAX tokens; above,
-    the normal approximation (sd 1/sqrt(n-1) for Spearman, sqrt(2(2n+5) / (9n(n-1))) for Kendall)."""
+    (n = 4: 2 of 24 orderings). Kendall: exact for any n (the inversion-count distribution). Spearman:
+    exact counts over all n! orderings up to CHANCE_EXACT_MAX tokens, above that the normal
+    approximation (sd 1/sqrt(n-1))."""
     import itertools
 
     if n < 2:
         return None, True
+    if stat != "spearman":
+        # τ = 1 − 4·inversions / (n(n−1)); the number of orderings with k inversions (Mahonian numbers)
+        # by adding one element at a time: exact for any n, no enumeration
+        counts = np.array([1.0])
+        for m in range(2, n + 1):
+            counts = np.convolve(counts, np.ones(m))
+        probs = counts / counts.sum()
+        vals = 1.0 - 4.0 * np.arange(len(counts)) / (n * (n - 1))
+        return _smallest_rare(np.round(np.abs(vals), 12), probs, level), True
     if n <= CHANCE_EXACT_MAX:
         ref = np.arange(n, dtype=np.float64)
         perms = np.array(list(itertools.permutations(range(n))), dtype=np.float64)
-        if stat == "spearman":
-            vals = 1.0 - 6.0 * ((perms - ref) ** 2).sum(1) / (n * (n * n - 1))
-        else:
-            i, j = np.triu_indices(n, 1)
-            vals = np.sign(perms[:, j] - perms[:, i]).sum(1) / (n * (n - 1) / 2)
-        a = np.round(np.abs(vals), 12)
-        for c in np.unique(a):
-            if np.mean(a >= c) <= level:
-                return float(c), True
-        return None, True
+        vals = 1.0 - 6.0 * ((perms - ref) ** 2).sum(1) / (n * (n * n - 1))
+        return _smallest_rare(np.round(np.abs(vals), 12), np.full(len(vals), 1.0 / len(vals)), level), True
     z = scipy.stats.norm.ppf(1 - level / 2)
-    sd = 1 / np.sqrt(n - 1) if stat == "spearman" else np.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))
-    return float(min(1.0, z * sd)), False
+    return float(min(1.0, z / np.sqrt(n - 1))), False
+
+
+def _smallest_rare(a: np.ndarray, probs: np.ndarray, level: float):
+    """|values| a with probabilities -> the smallest c with P(a >= c) <= level, or None."""
+    for c in np.unique(a):
+        if probs[a >= c].sum() <= level + 1e-12:
+            return float(c)
+    return None
 
 
 @dataclass
