@@ -12,11 +12,14 @@ remainder r_i. The operations here keep that sum exact:
 - `mixing_ratio`, `mixing_ratio_of`: the context-mixing ratio of Kobayashi et al. 2021,
   ||mix|| / (||mix|| + ||preserving||).
 - `quadrature`: nodes and weights on [0, 1] for integrated gradients (Gauss-Legendre or midpoint).
+- `chunk_bytes`: how large one chunk of a method's pairwise work may be on a device (cache-sized on
+  the CPU; on a GPU large, so that the work is a few big kernels instead of thousands of small ones).
 
 Everything is device-agnostic: tensors stay on the device of their inputs.
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -25,6 +28,19 @@ import torch
 from .models.forward import norm_stats
 
 RULES = ("gauss", "midpoint")
+GPU_CHUNK_MB = float(os.environ.get("ATTNVIZ_GPU_CHUNK_MB", "1024"))
+
+
+def chunk_bytes(device, cpu_bytes: int) -> int:
+    """Bytes one chunk of pairwise work may take on `device`: `cpu_bytes` (each method's own
+    cache-sized figure) on the CPU; on a CUDA device ATTNVIZ_GPU_CHUNK_MB (default 1024 MiB), capped
+    at a sixteenth of the memory free there, never below `cpu_bytes`. Chunks split receivers (rows)
+    only, so the results do not depend on it."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return int(cpu_bytes)
+    free = torch.cuda.mem_get_info(dev)[0]
+    return int(max(cpu_bytes, min(GPU_CHUNK_MB * 2 ** 20, free // 16)))
 
 
 def center(v: torch.Tensor, nrm=None) -> torch.Tensor:

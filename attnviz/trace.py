@@ -211,6 +211,23 @@ class Trace(OnEncoded):
         """[L, H, n, n] attention probabilities (the model's own)."""
         return torch.stack(self.attentions).cpu().numpy()
 
+    def attention64(self) -> np.ndarray:
+        """[L, H, n, n] float64 attention probabilities (the model's own), filled a layer at a time (no
+        stacked copy on the device or in float32 on the host)."""
+        H, n, _ = self.attentions[0].shape
+        out = np.empty((len(self.attentions), H, n, n))
+        for l, a in enumerate(self.attentions):
+            torch.from_numpy(out[l]).copy_(a)
+        return out
+
+    def head_mean(self, as_numpy: bool = True):
+        """[L, n, n] float64 head mean of the model's attention, computed once on the trace's device:
+        numpy, or (as_numpy=False) the tensor there."""
+        t = self.__dict__.get("_head_mean")
+        if t is None:
+            t = self.__dict__["_head_mean"] = torch.stack([a.double().mean(0) for a in self.attentions])
+        return t.cpu().numpy() if as_numpy else t
+
     def output_probs(self) -> Optional[np.ndarray]:
         if self.logits is None:
             return None

@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--points", type=int, default=16, help="number of λ values")
     ap.add_argument("--threads", default="1,2", help="torch thread counts to run, in turn")
     ap.add_argument("--plain-steps", type=int, default=3, help="steps timed on the plain formulation")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (the model, the search and the timing there)")
     args = ap.parse_args()
 
     import attnviz
@@ -58,7 +59,8 @@ def main():
 
     lambdas = [0.0] + list(np.logspace(-3, 1.5, args.points - 1))
     for spec in args.models.split(","):
-        lm = attnviz.load_model(spec)
+        lm = attnviz.load_model(spec, device=args.device)
+        sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
         enc = encode(lm, TEXTS.get(spec, TEXTS["builtin:agreement"]))
         layers = [int(x) for x in args.layers.split(",")] if args.layers else LAYERS.get(spec, [1, lm.n_layers])
         print(f"\n{spec}: {lm.n_layers} layers, {lm.n_heads} heads; '{enc.text}' = {len(enc.tokens)} tokens, "
@@ -69,10 +71,11 @@ def main():
 
             def forward():
                 with torch.inference_mode():
-                    lm.model(input_ids=enc.ids)
+                    lm.model(input_ids=enc.ids.to(lm.device))
+                sync()
 
             fwd = median_time(forward, 31)
-            print(f"torch threads {threads}: one plain forward pass {fwd * 1e3:.2f} ms (median of 31)")
+            print(f"device {lm.device}, torch threads {threads}: one plain forward pass {fwd * 1e3:.2f} ms (median of 31)")
             print(f"{'layer':>5} {'restarts':>8} {'seconds':>8} {'x forward':>9} {'ms/step':>8} "
                   f"{'plain ms/step':>13} {'plain/fast':>10}  <= 10 s")
             for R in [int(r) for r in args.restarts.split(",")]:
@@ -80,16 +83,19 @@ def main():
                     site = A.Site("head", layer - 1, args.head - 1)
                     t = time.perf_counter()
                     fr = A.frontier(lm, enc, site, lambdas=lambdas, steps=args.steps, restarts=R)
+                    sync()
                     dt = time.perf_counter() - t
                     step = fr.timings["optimise"] / args.steps
                     # one step (forward + backward) of batch 16·R, fast path and plain formulation
                     pb = A.prepare(lm, enc, site)
-                    theta = torch.randn(len(lambdas) * R, 1, int(pb.allowed.sum()), requires_grad=True)
+                    theta = torch.randn(len(lambdas) * R, 1, int(pb.allowed.sum()), device=lm.device,
+                                        requires_grad=True)
 
                     def one(fast):
                         pb.fast = fast
                         j, tv, _ = pb.distances(pb.softmax_rows(theta))
                         (tv - j).sum().backward()
+                        sync()
 
                     with torch.enable_grad():
                         t_fast = median_time(lambda: one(True), args.plain_steps)

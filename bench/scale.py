@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     specs = [SHORT[sp][1](SHORT[sp][0]) if sp in SHORT else sp for sp in specs]
     print("ratio = seconds / one forward pass in the same process (wall clock; in brackets: CPU seconds / the "
           "forward's CPU seconds, which the other processes on the machine disturb less)")
-    print(f"{'model':<26} {'tokens':>6} {'forward s':>9} {'all maps':>9} {'peak GB':>7} {'load':>5}  per map: ratio [CPU ratio]")
+    print(f"{'model':<26} {'tokens':>6} {'forward s':>9} {'all maps':>9} {'maps s':>7} {'peak GB':>7} {'load':>5}  per map: ratio [CPU ratio]")
     for spec in specs:
         for n in args.tokens:
             r = subprocess.run([sys.executable, __file__, "--one", f"{spec}@{n}", "--methods", args.methods,
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
             per = ", ".join(f"{k} {v / fw:.1f}x [{d['cpu'][k] / fc:.1f}x]" for k, v in d["timings"].items())
             name = next((v[2] for v in SHORT.values() if spec == v[0]), spec)
             mem = d["peak_gb"] if d.get("gpu_peak_gb") is None else d["gpu_peak_gb"]
-            print(f"{name:<26} {d['tokens']:>6} {fw:>9.3f} {d['total'] / fw:>8.1f}x {mem:>7.2f} {d['load']:>5.1f}  {per}",
+            print(f"{name:<26} {d['tokens']:>6} {fw:>9.3f} {d['total'] / fw:>8.1f}x {d['total']:>7.2f} {mem:>7.2f} {d['load']:>5.1f}  {per}",
                   flush=True)
     return 0
 

@@ -127,9 +127,28 @@ def test_adversarial_frontier_on_cuda_equals_cpu(tokenizer, family):
     site = A.Site("head", 1, 0)
     a = A.frontier(lm_cpu, SENTENCE, site, lambdas=[0.0, 1.0], steps=20, restarts=3, permutations=5)
     b = A.frontier(lm_gpu, SENTENCE, site, lambdas=[0.0, 1.0], steps=20, restarts=3, permutations=5)
-    for k in ("jsd", "tvd", "perm_jsd", "perm_tvd"):
+    for k in ("perm_jsd", "perm_tvd"):  # evaluations of fixed permutations: float32 tolerance
         assert isinstance(getattr(b, k), np.ndarray)
         np.testing.assert_allclose(getattr(b, k), getattr(a, k), rtol=1e-3, atol=1e-5, err_msg=k)
+    # the optimised points: 20 Adam steps amplify float32 rounding (an H100 run of the BERT model gave
+    # JSD 2.1e-4 against the CPU's 2.4e-4 at a few points whose distances are all below 3e-4, the
+    # largest values 0.3 agreeing to 1e-6); equal to 1e-3 absolute
+    for k in ("jsd", "tvd"):
+        assert isinstance(getattr(b, k), np.ndarray)
+        np.testing.assert_allclose(getattr(b, k), getattr(a, k), rtol=1e-3, atol=1e-3, err_msg=k)
     jw_a = A.jain_wallace(lm_cpu, SENTENCE, site, steps=10, k=2)
     jw_b = A.jain_wallace(lm_gpu, SENTENCE, site, steps=10, k=2)
     np.testing.assert_allclose(jw_b.tvd, jw_a.tvd, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_chain_and_chunk_budget_on_cuda():
+    """On a GPU: chain multiplies there and equals the CPU's product; a chunk may be larger than the
+    CPU's figure but takes at most a sixteenth of the free memory (or the CPU's figure)."""
+    from attnviz import linear
+    from attnviz.methods.base import chain
+    C = np.random.default_rng(0).random((6, 300, 300)) / 150  # above GPU_CHAIN_MIN: multiplied on the GPU
+    np.testing.assert_allclose(chain(torch.from_numpy(C).cuda()), chain(C), rtol=1e-12)
+    np.testing.assert_allclose(chain(C, "cuda"), chain(C), rtol=1e-12)
+    b = linear.chunk_bytes("cuda", 2 ** 20)
+    assert b == 2 ** 20 or 2 ** 20 < b <= torch.cuda.mem_get_info()[0] // 16

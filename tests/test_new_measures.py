@@ -393,6 +393,23 @@ def test_decompx_plain_formula(tiny64, family):
     np.testing.assert_allclose(m.layer, _decompx_plain(lm), rtol=_tol(lm, 1e-9, 1e-6), atol=1e-10)
 
 
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_decompx_ffn_in_receiver_chunks_equals_plain_formula(tiny64, family, monkeypatch):
+    """The FFN's [pairs, I] products in chunks of one receiver each (the chunking large inputs and GPUs
+    use) give the plain formula's maps; the chunks cover every pair once, in order."""
+    lm = tiny64(family)
+    tr = trace(lm, SENTENCE, dtype=torch.float64)
+    n = len(tr.tokens)
+    pairs = decompx.Pairs(n, lm.arch.causal)
+    blocks = pairs.blocks(1)
+    assert len(blocks) == n and blocks[0][2] == 0 and blocks[-1][3] == len(pairs.rows)
+    assert all(a[3] == b[2] and a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert len(pairs.blocks(3 * n)) < n  # several receivers per chunk when they fit
+    monkeypatch.setattr(decompx, "_CHUNK_BYTES", 1)
+    m = decompx.compute(tr)
+    np.testing.assert_allclose(m.layer, _decompx_plain(lm), rtol=_tol(lm, 1e-9, 1e-6), atol=1e-10)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decompx_parts_sum_to_model_output(tiny64, family):
     """Σ_k E^l_ik = the model's own hidden_states[l+1] at every layer (pre-LN last layer: its output

@@ -341,3 +341,18 @@ def test_head_vectors_recomputed_above_the_memory_limit(tokenizer, family, monke
     ra, rb = mixing.ratios(kept), mixing.ratios(lazy)
     for k in ra:
         np.testing.assert_array_equal(ra[k], rb[k])
+
+
+def test_chain_and_chunk_budget_on_the_cpu():
+    """chain (numpy, or a CPU tensor) is the product C_l ... C_1 written as a loop; on the CPU a chunk's
+    byte budget is each method's own figure."""
+    from attnviz.methods.base import chain
+    rng = np.random.default_rng(0)
+    C = rng.random((4, 5, 5))
+    ref, R = [], np.eye(5)
+    for l in range(4):
+        R = C[l] @ R
+        ref.append(R)
+    np.testing.assert_allclose(chain(C), np.stack(ref), rtol=1e-13)
+    np.testing.assert_allclose(chain(torch.from_numpy(C)), np.stack(ref), rtol=1e-13)
+    assert linear.chunk_bytes("cpu", 12345) == 12345

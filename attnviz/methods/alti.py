@@ -73,7 +73,7 @@ def layer_scores(trace, l: int):
     err = float(((y - real).norm(dim=-1) / real.norm(dim=-1).clamp_min(1e-30)).max())
     y1 = y.abs().sum(-1)
     c = torch.zeros(n, n, dtype=torch.float64, device=x.device)
-    rows = max(1, _CHUNK_BYTES // (8 * n * d))
+    rows = max(1, linear.chunk_bytes(x.device, _CHUNK_BYTES) // (8 * n * d))
     for s0 in range(0, n, rows):
         sl = slice(s0, min(n, s0 + rows))
         cols = sl.stop if w.causal else n
@@ -100,7 +100,7 @@ def compute(trace, *, progress=None) -> Map:
                         "pre_layer_norm branch); the output is the residual stream after attention")
     else:
         meta["note"] = "attention block through LN1 (the FFN, LN2 are not in the per-layer map, as in the paper)"
-    return Map("alti", chain(per), None, meta)
+    return Map("alti", chain(per, trace.layers[0].resid_in.device), None, meta)
 
 
 INFO = MethodInfo(

@@ -57,13 +57,14 @@ def _value_and_grad(act, x: torch.Tensor):
     return y.detach(), g.detach()
 
 
-_IG_BLOCK = 2 ** 18  # elements per block of quadrature nodes: a block's tensors stay in the cache
+_IG_BLOCK = 2 ** 18  # elements per block of quadrature nodes on the CPU: a block's tensors stay in the cache
 
 
 def _node_blocks(steps: int, rule: str, like: torch.Tensor):
     """Quadrature nodes in blocks of about _IG_BLOCK elements: -> [(t [k, 1, ...], w [k, 1, ...])]."""
     t, w = linear.quadrature(steps, rule, dtype=like.dtype, device=like.device)
-    k = max(1, _IG_BLOCK // max(1, like.numel()))
+    # on a GPU a block holds every node (linear.chunk_bytes): one batched call instead of `steps`
+    k = max(1, linear.chunk_bytes(like.device, 8 * _IG_BLOCK) // 8 // max(1, like.numel()))
     shape = (-1, *[1] * like.dim())
     return [(t[i:i + k].view(shape), w[i:i + k].view(shape)) for i in range(0, len(t), k)]
 
@@ -166,8 +167,8 @@ def _first_products(w, r, fx64, nrm, mats, cd) -> list:
     return [torch.bmm(v, wo @ M) for M in mats]
 
 
-def _rows(n: int, I: int, gated: bool) -> int:
-    return max(1, int(_CHUNK_BYTES // (8 * n * I * (2 if gated else 1))))
+def _rows(n: int, I: int, gated: bool, device="cpu") -> int:
+    return max(1, int(linear.chunk_bytes(device, _CHUNK_BYTES) // (8 * n * I * (2 if gated else 1))))
 
 
 def _ffn_chunk(st: dict, sl: slice, cols: int) -> torch.Tensor:
@@ -197,7 +198,7 @@ def layer_parts(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss") 
     A, rA = attn_res_ln.parts(trace, l)  # post-LN: sum to LN1 output; pre-LN: to resid
     n = A.shape[0]
     F = torch.empty_like(A)
-    rows = _rows(n, st["I"], st["gated"])
+    rows = _rows(n, st["I"], st["gated"], A.device)
     for s0 in range(0, n, rows):
         sl = slice(s0, min(n, s0 + rows))
         F[sl] = _ffn_chunk(st, sl, n)
@@ -230,7 +231,7 @@ def layer_summary(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss"
     diag = {k: torch.zeros(n, d, dtype=torch.float64, device=dev) for k in scopes}
     if post:
         s1, s2 = attn_res_ln.ln_scale(trace, l), linear.norm_scale(r.resid_ffn.double(), w.norm2)
-    rows = _rows(n, st["I"], st["gated"])
+    rows = _rows(n, st["I"], st["gated"], dev)
     for s0 in range(0, n, rows):
         sl = slice(s0, min(n, s0 + rows))
         cols = sl.stop if w.causal else n

@@ -7,8 +7,7 @@ from .base import Map
 
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map(layer ᾱ [L,n,n], heads α [L,H,n,n]); the model's own attention probabilities."""
-    heads = trace.attention().astype("float64")
-    return Map("attention", heads.mean(1), heads, {"rows_sum_to_one": True})
+    return Map("attention", trace.head_mean(), trace.attention64(), {"rows_sum_to_one": True})
 
 
 INFO = MethodInfo(

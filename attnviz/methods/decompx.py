@@ -42,6 +42,9 @@ from .info import MethodInfo
 from .base import Map
 
 EPS = 1e-12  # the authors' guard in the absdot weights and the zero-origin slope
+# the FFN's [pairs, I] products run in chunks of whole receivers of about this many bytes (on a GPU:
+# linear.chunk_bytes); at 1024 tokens of a 1B model they are 12 GB each in one piece
+_CHUNK_BYTES = 512 * 2 ** 20
 
 
 class Pairs:
@@ -67,6 +70,25 @@ class Pairs:
     def sum_rows(self, packed: torch.Tensor) -> torch.Tensor:
         """Σ over k of each receiver's parts: [P, ...] -> [n, ...]."""
         return packed.new_zeros(self.n, *packed.shape[1:]).index_add_(0, self.rows, packed)
+
+    def blocks(self, max_pairs: int) -> list:
+        """[(r0, r1, p0, p1)]: runs of whole receivers r0..r1-1 whose pairs are p0..p1-1 (the pairs are
+        ordered by receiver), each at most max_pairs pairs (or one receiver)."""
+        counts = torch.bincount(self.rows, minlength=self.n).tolist()
+        out, r0, p0, p = [], 0, 0, 0
+        for r, c in enumerate(counts):
+            if p + c - p0 > max_pairs and r > r0:
+                out.append((r0, r, p0, p))
+                r0, p0 = r, p
+            p += c
+        out.append((r0, self.n, p0, p))
+        return out
+
+    def sub(self, r0: int, r1: int, p0: int, p1: int) -> "Pairs":
+        """The pairs of receivers r0..r1-1 (pairs p0..p1-1), renumbered from receiver 0."""
+        part = Pairs.__new__(Pairs)
+        part.rows, part.cols, part.n = self.rows[p0:p1] - r0, self.cols[p0:p1], r1 - r0
+        return part
 
 
 def absdot(parts: torch.Tensor, bias: torch.Tensor, pairs: Pairs = None) -> torch.Tensor:
@@ -94,7 +116,19 @@ def _zo_slope(act_z: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def ffn_parts(w, U: torch.Tensor, ffn_in: torch.Tensor, pairs: Pairs) -> torch.Tensor:
-    """Packed FFN input parts U [P, d] (Σ_k U_ik = ffn_in_i) -> packed FFN output parts [P, d]."""
+    """Packed FFN input parts U [P, d] (Σ_k U_ik = ffn_in_i) -> packed FFN output parts [P, d], in
+    chunks of whole receivers (every receiver's parts are independent of the others')."""
+    per_pair = U.element_size() * w.w1.shape[1] * (3 if w.w_gate is not None else 2)
+    max_pairs = max(1, linear.chunk_bytes(U.device, _CHUNK_BYTES) // per_pair)
+    if U.shape[0] <= max_pairs:
+        return _ffn_parts(w, U, ffn_in, pairs)
+    out = torch.empty(U.shape[0], w.w2.shape[1], dtype=U.dtype, device=U.device)
+    for r0, r1, p0, p1 in pairs.blocks(max_pairs):
+        out[p0:p1] = _ffn_parts(w, U[p0:p1], ffn_in[r0:r1], pairs.sub(r0, r1, p0, p1))
+    return out
+
+
+def _ffn_parts(w, U: torch.Tensor, ffn_in: torch.Tensor, pairs: Pairs) -> torch.Tensor:
     act = w.activation()
     rows = pairs.rows
     F1 = U @ w.w1

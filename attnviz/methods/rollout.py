@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from .info import MethodInfo
 from .base import Map, chain, with_residual
@@ -14,7 +15,12 @@ def rollout(A: np.ndarray) -> np.ndarray:
 
 
 def compute(trace, *, progress=None) -> Map:
-    return Map("rollout", rollout(trace.attention().mean(1)), None, {"rows_sum_to_one": True})
+    A = trace.head_mean(as_numpy=False)
+    if A.device.type == "cpu":
+        return Map("rollout", rollout(A.numpy()), None, {"rows_sum_to_one": True})
+    # on a GPU: (A + I) row-normalised and the product over layers there, one [L, n, n] copy back
+    R = A + torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    return Map("rollout", chain(R / R.sum(-1, keepdim=True)), None, {"rows_sum_to_one": True})
 
 
 INFO = MethodInfo(

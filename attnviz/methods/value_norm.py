@@ -5,18 +5,20 @@ f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h: value bias in, output bias out. Not row-no
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from .info import MethodInfo
 from .base import Map, summed_norms
 
 
 def compute(trace, *, progress=None) -> Map:
-    heads, layer = [], []
-    for r, fx in zip(trace.layers, trace.fx):
+    H, n, _ = trace.layers[0].probs.shape
+    heads, layer = np.empty((trace.n_layers, H, n, n)), np.empty((trace.n_layers, n, n))
+    for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
         a = r.probs.double()
-        heads.append((a * fx.double().norm(dim=-1)[:, None, :]).cpu().numpy())
-        layer.append(summed_norms(a, fx))
-    return Map("value_norm", np.stack(layer), np.stack(heads), {"rows_sum_to_one": False})
+        torch.from_numpy(heads[l]).copy_(a * fx.double().norm(dim=-1)[:, None, :])
+        layer[l] = summed_norms(a, fx)
+    return Map("value_norm", layer, heads, {"rows_sum_to_one": False})
 
 
 INFO = MethodInfo(

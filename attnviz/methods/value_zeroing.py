@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import linear
 from ..models.forward import after_attention
 from .info import MethodInfo
 from .base import Map, chain, per_layer, row_normalise
@@ -60,7 +61,7 @@ def layer_scores(trace, l: int) -> np.ndarray:
     wc = w.to(cd) if w.wq.dtype != cd else w
     I = w.w1.shape[1]
     per_pair = 8 * (d * 8 + I * 3)
-    step = max(1, int(_CHUNK_BYTES // per_pair))
+    step = max(1, int(linear.chunk_bytes(dev, _CHUNK_BYTES) // per_pair))
     S = torch.zeros(n, n, dtype=torch.float64, device=dev)
     for s in range(0, len(ii), step):
         i, j = ii[s:s + step], jj[s:s + step]
@@ -80,7 +81,7 @@ def compute(trace, *, progress=None) -> Map:
     if trace.placement != "post":
         meta["note"] = ("pre-LN: the layer output is compared before the final norm; causal: "
                         "receivers before the zeroed source are unchanged (0)")
-    return Map("value_zeroing", chain(per), None, meta)
+    return Map("value_zeroing", chain(per, trace.layers[0].resid_in.device), None, meta)
 
 
 INFO = MethodInfo(

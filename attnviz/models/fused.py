@@ -108,7 +108,7 @@ class FusedLayer:
         qkv: precomputed self.qkv(x)."""
         n = x.shape[1]
         q, k, v = self.split(self.qkv(x) if qkv is None else qkv, rope)
-        mask = torch.ones(n, n, dtype=torch.bool).triu(1) if self.w.causal else None
+        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1) if self.w.causal else None
         p = self._override(self.probs(q, k, mask), t, override)
         return self.after(x, self.context(p, v))
 
@@ -124,7 +124,7 @@ class FusedLayer:
         else:
             k, v = kv
             q = self.split(self.qkv(xr), rt)[0]
-        mask = (torch.arange(n) > t).unsqueeze(0) if self.w.causal and t + 1 < n else None
+        mask = (torch.arange(n, device=x.device) > t).unsqueeze(0) if self.w.causal and t + 1 < n else None
         p = self._override(self.probs(q, k, mask), 0, override)
         return self.after(xr, self.context(p, v))
 
@@ -150,7 +150,7 @@ class CausalRow:
         with torch.no_grad():
             fz = layers[start]
             q, k, v = fz.split(fz.qkv(x), rope)
-            mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+            mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
             p = fz.probs(q, k, mask)
             self.v_start = v  # [1, Hkv, n, dh]
             self.ctx_start = (p[:, :, t:].reshape(1, fz.Hkv, fz.rep, n) @ v).reshape(1, fz.H, fz.dh)
