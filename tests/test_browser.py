@@ -271,7 +271,8 @@ def test_downloads_are_real_files(server, browser, spec):
     got = {}
     for label in ("Analysis as JSON", "Analysis as NPZ", "Maps as SVG", "Maps as PNG"):
         with page.expect_download(timeout=90_000) as d:
-            page.get_by_role("button", name=label).click()
+            # the buttons appear once the exports are built (PNG/SVG through kaleido): slow under load
+            page.get_by_role("button", name=label).click(timeout=90_000)
         got[label] = Path(d.value.path()).read_bytes()
     ref = attnviz.analyze(attnviz.load_model(spec), "the keys to the cabinet [MASK] on the table .",
                           methods=["attention", "rollout"])
