@@ -222,11 +222,11 @@ class Trace(OnEncoded):
 
     def head_mean(self, as_numpy: bool = True):
         """[L, n, n] float64 head mean of the model's attention, computed once on the trace's device:
-        numpy, or (as_numpy=False) the tensor there."""
+        a numpy copy (callers may change it), or (as_numpy=False) the cached tensor there."""
         t = self.__dict__.get("_head_mean")
         if t is None:
             t = self.__dict__["_head_mean"] = torch.stack([a.double().mean(0) for a in self.attentions])
-        return t.cpu().numpy() if as_numpy else t
+        return t.cpu().numpy().copy() if as_numpy else t
 
     def output_probs(self) -> Optional[np.ndarray]:
         if self.logits is None:

@@ -100,7 +100,7 @@ def compute(trace, *, progress=None) -> Map:
                         "pre_layer_norm branch); the output is the residual stream after attention")
     else:
         meta["note"] = "attention block through LN1 (the FFN, LN2 are not in the per-layer map, as in the paper)"
-    return Map("alti", chain(per, trace.layers[0].resid_in.device), None, meta)
+    return Map("alti", chain(per, trace.lm.device), None, meta)
 
 
 INFO = MethodInfo(

@@ -15,10 +15,8 @@ def rollout(A: np.ndarray) -> np.ndarray:
 
 
 def compute(trace, *, progress=None) -> Map:
+    # (ᾱ + I) row-normalised where the trace lives; chain multiplies on the host, or on a GPU for long inputs
     A = trace.head_mean(as_numpy=False)
-    if A.device.type == "cpu":
-        return Map("rollout", rollout(A.numpy()), None, {"rows_sum_to_one": True})
-    # on a GPU: (A + I) row-normalised and the product over layers there, one [L, n, n] copy back
     R = A + torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return Map("rollout", chain(R / R.sum(-1, keepdim=True)), None, {"rows_sum_to_one": True})
 

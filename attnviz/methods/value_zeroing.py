@@ -81,7 +81,7 @@ def compute(trace, *, progress=None) -> Map:
     if trace.placement != "post":
         meta["note"] = ("pre-LN: the layer output is compared before the final norm; causal: "
                         "receivers before the zeroed source are unchanged (0)")
-    return Map("value_zeroing", chain(per, trace.layers[0].resid_in.device), None, meta)
+    return Map("value_zeroing", chain(per, trace.lm.device), None, meta)
 
 
 INFO = MethodInfo(
