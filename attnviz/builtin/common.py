@@ -81,5 +81,5 @@ def target_logits(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """[B, V] logits at the [MASK] position of each row (the MLM head applied there only)."""
     hidden = model.bert(input_ids=batch["input_ids"],
                         attention_mask=batch["attention_mask"]).last_hidden_state
-    rows = torch.arange(hidden.shape[0])
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
     return model.cls(hidden[rows, batch["pos"]])

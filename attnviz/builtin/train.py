@@ -68,12 +68,13 @@ def blank_unk(b: dict[str, torch.Tensor], tokenizer, prob: float, rng: random.Ra
 def accuracy(model, enc: Encoded, items: list[dict], pad_id: int, batch_size: int = 256) -> dict:
     """Share of items whose answer logit beats the wrong logit, overall and by attractor count."""
     model.eval()
+    device = next(model.parameters()).device
     correct = []
     for s in range(0, len(enc), batch_size):
         idx = list(range(s, min(len(enc), s + batch_size)))
-        b = enc.batch(idx, pad_id)
+        b = {k: v.to(device) for k, v in enc.batch(idx, pad_id).items()}
         logits = target_logits(model, b)
-        rows = torch.arange(len(idx))
+        rows = torch.arange(len(idx), device=device)
         correct += (logits[rows, b["answer"]] > logits[rows, b["wrong"]]).tolist()
     model.train()
     by_att: dict[int, list[bool]] = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import re
 import sys
@@ -113,6 +114,9 @@ def main(argv=None) -> None:
                          "tokenizer is used (implies --tokenizer INIT unless given)")
     ap.add_argument("--checkpoints", action="store_true",
                     help="also keep a copy of the weights at every evaluation in OUT/checkpoints/step-N")
+    ap.add_argument("--device", default="cpu",
+                    help="where to train: cpu (default) or cuda; the data, the tokenizer and the order of the "
+                         "items are the same, the float arithmetic is not, so the weights differ by device")
     ap.add_argument("--tokenizer", default=None,
                     help="reuse this folder's tokenizer instead of learning one (the seeds of one model share "
                          "seed 0's, so that their attention over a sentence can be compared token by token)")
@@ -127,8 +131,15 @@ def main(argv=None) -> None:
         ap.error("--hidden sets the size of a new model: not with --init")
     if args.init and not args.tokenizer:
         args.tokenizer = args.init
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: this machine has no CUDA GPU (train on the CPU: leave --device out)")
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, set before its start
     torch.set_num_threads(1)
     seed_everything(args.seed)
+    if device.type == "cuda":  # a few CUDA kernels (index backward) have no deterministic variant: warn, go on
+        torch.use_deterministic_algorithms(True, warn_only=True)
     rng = random.Random(args.seed)
     out = Path(args.out)
     t0 = time.time()
@@ -206,6 +217,7 @@ def main(argv=None) -> None:
             cfg.update(hidden_size=args.hidden, intermediate_size=4 * args.hidden)
         config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **cfg)
         model = BertForMaskedLM(config)
+    model.to(device)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -229,8 +241,9 @@ def main(argv=None) -> None:
     for step, idx in enumerate(plan):
         b = enc.batch(idx, tok.pad_token_id)
         blank_unk(b, tok, args.unk_prob, rng)
+        b = {k: v.to(device) for k, v in b.items()}
         logits = target_logits(model, b)
-        rows = torch.arange(len(idx))
+        rows = torch.arange(len(idx), device=device)
         lv = torch.nn.functional.cross_entropy(logits, b["answer"])
         pair = torch.stack([logits[rows, b["answer"]], logits[rows, b["wrong"]]], dim=1)
         lp = torch.nn.functional.cross_entropy(pair, torch.zeros_like(b["answer"]))
@@ -270,7 +283,8 @@ def main(argv=None) -> None:
             "vocab_size": len(tok), "n_grammar_items": len(gram), "n_corpus_items": len(real_train),
             "n_corpus_distinct": len(real), "n_corpus_sentences": len(sents), "n_styled_items": len(styled),
             "train_seconds": round(time.time() - t1, 1), "total_seconds": round(time.time() - t0, 1),
-            "cpu_seconds": round(time.process_time(), 1), "threads": 1, "word_pieces": True,
+            "cpu_seconds": round(time.process_time(), 1), "threads": 1, "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "word_pieces": True,
             "max_train_tokens": max(len(x) for x in enc.ids), "log": log}
     (out / "train_log.json").write_text(json.dumps(info, indent=1) + "\n")
     print(f"saved {out} in {time.time() - t0:.0f}s", flush=True)
