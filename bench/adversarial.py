@@ -2,7 +2,10 @@
 tokens, on pkg:smollm2 (layers 1, 15, 30) and builtin:agreement (layers 1, 3, 6).
 
     python bench/adversarial.py [--models pkg:smollm2,builtin:agreement] [--restarts 1,3]
-                                [--threads 1,2] [--steps 200] [--plain-steps 3]
+                                [--threads 1,2] [--steps 200] [--plain-steps 3] [--device cuda]
+                                [--text SENTENCE]
+
+On a GPU the search step runs as a CUDA graph (ATTNVIZ_CUDA_GRAPHS=0: without; run both for the ratio).
 
 For each torch thread count, model, number of restarts and layer it prints the frontier's wall time
 (prepare + optimisation + 100 permutations + uniform) and two ratios against references measured in
@@ -16,6 +19,7 @@ the same run (the machine is shared and noisy; the ratios are what carry over):
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -51,6 +55,8 @@ def main():
     ap.add_argument("--threads", default="1,2", help="torch thread counts to run, in turn")
     ap.add_argument("--plain-steps", type=int, default=3, help="steps timed on the plain formulation")
     ap.add_argument("--device", default="cpu", help="cpu | cuda (the model, the search and the timing there)")
+    ap.add_argument("--text", default=None, help="the sentence (default: the model's 16-token sentence above; "
+                    "a model folder gets the SmolLM2 one)")
     args = ap.parse_args()
 
     import attnviz
@@ -61,11 +67,14 @@ def main():
     for spec in args.models.split(","):
         lm = attnviz.load_model(spec, device=args.device)
         sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
-        enc = encode(lm, TEXTS.get(spec, TEXTS["builtin:agreement"]))
+        default = TEXTS["builtin:agreement"] if spec.startswith("builtin:") else TEXTS["pkg:smollm2"]
+        enc = encode(lm, args.text or TEXTS.get(spec, default))
         layers = [int(x) for x in args.layers.split(",")] if args.layers else LAYERS.get(spec, [1, lm.n_layers])
         print(f"\n{spec}: {lm.n_layers} layers, {lm.n_heads} heads; '{enc.text}' = {len(enc.tokens)} tokens, "
               f"target {enc.target} '{enc.tokens[enc.target]}'")
-        print(f"frontier: {len(lambdas)} λ values, {args.steps} steps, 100 permutations + uniform, head {args.head}")
+        graphs = lm.device.type == "cuda" and os.environ.get("ATTNVIZ_CUDA_GRAPHS", "1") != "0"
+        print(f"frontier: {len(lambdas)} λ values, {args.steps} steps, 100 permutations + uniform, head {args.head}"
+              + (f"; CUDA graphs {'on' if graphs else 'off (ATTNVIZ_CUDA_GRAPHS=0)'}" if lm.device.type == "cuda" else ""))
         for threads in [int(x) for x in args.threads.split(",")]:
             torch.set_num_threads(threads)
 
@@ -85,6 +94,9 @@ def main():
                     fr = A.frontier(lm, enc, site, lambdas=lambdas, steps=args.steps, restarts=R)
                     sync()
                     dt = time.perf_counter() - t
+                    for note in fr.notes:
+                        if "CUDA graph" in note:
+                            print("  note:", note)
                     step = fr.timings["optimise"] / args.steps
                     # one step (forward + backward) of batch 16·R, fast path and plain formulation
                     pb = A.prepare(lm, enc, site)

@@ -205,3 +205,46 @@ def test_train_real_on_cuda(tmp_path):
     dev = grammar.generate("agreement", 500, seed=1000, split="test")
     acc = accuracy(model, Encoded(tok, dev), dev, tok.pad_token_id)["all"]
     assert abs(acc - lb["log"][-1]["dev"]["agreement"]["all"]) <= 2 / 500
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("family,text", [("bert", SENTENCE), ("llama", SENTENCE),
+                                         ("llama", "the keys to the cabinet are")])
+def test_frontier_cuda_graph_equals_plain_steps(tokenizer, family, text, monkeypatch):
+    """On a GPU the search step is a CUDA graph (forward and backward replayed). The same kernels on the
+    same numbers: the points of step 0 (before any Adam step) equal the plain steps' to float32
+    rounding; after 20 Adam steps (restarts pruned at step 5, so a second graph for the smaller batch)
+    to 1e-3 as the CPU-against-GPU test. BERT takes the general path, the llama model the causal
+    target-row path (its input ends before [MASK], or at the last word); no note of a failed capture."""
+    from attnviz import adversarial as A
+    cls, cfg = tiny_configs(tokenizer.vocab_size)[family]
+    torch.manual_seed(0)
+    lm = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, device="cuda")
+    site = A.Site("head", 1, 0)
+    kw = dict(lambdas=[0.0, 1.0], steps=20, restarts=3, permutations=5)
+    g = A.frontier(lm, text, site, **kw)
+    assert not [n for n in g.notes if "CUDA graph" in n]
+    monkeypatch.setenv("ATTNVIZ_CUDA_GRAPHS", "0")
+    p = A.frontier(lm, text, site, **kw)
+    first = g.step == 0
+    assert first.sum() == 6 and (p.step == g.step).all()
+    for k in ("jsd", "tvd"):
+        np.testing.assert_allclose(getattr(g, k)[first], getattr(p, k)[first], rtol=1e-5, atol=1e-7, err_msg=k)
+        np.testing.assert_allclose(getattr(g, k), getattr(p, k), rtol=1e-3, atol=1e-3, err_msg=k)
+    np.testing.assert_allclose(g.perm_tvd, p.perm_tvd, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_frontier_cuda_graph_capture_failure_falls_back(tokenizer, monkeypatch):
+    """A capture that fails (here: made to) leaves the search on the plain steps, with a note."""
+    from attnviz import adversarial as A
+
+    def boom(*a, **k):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", boom)
+    cls, cfg = tiny_configs(tokenizer.vocab_size)["llama"]
+    lm = wrap(cls._from_config(cfg, attn_implementation="eager"), tokenizer, device="cuda")
+    fr = A.frontier(lm, SENTENCE, A.Site("head", 1, 0), lambdas=[0.0, 1.0], steps=5, restarts=1, permutations=2)
+    assert [n for n in fr.notes if "could not be captured" in n and "not permitted" in n]
+    assert np.isfinite(fr.tvd).all()

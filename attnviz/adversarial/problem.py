@@ -12,6 +12,7 @@ import torch
 
 from ..errors import AttnvizError, InputError
 from ..models.forward import final_norm, rope_for, run_layers
+from ..models.fused import index_of
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, OnEncoded, Trace, encode
 from .distances import jsd, tvd
 from .site import Site
@@ -54,13 +55,17 @@ class Problem(OnEncoded):
         return self.lm.tokenizer.convert_ids_to_tokens(int(idx))
 
     def by_layer(self, alpha: torch.Tensor) -> dict:
-        """alpha [B, R, n] -> {layer: (heads, alpha rows [B, len(heads), n])}."""
-        groups: dict = {}
-        for r, (l, h) in enumerate(self.rows):
-            groups.setdefault(l, ([], []))
-            groups[l][0].append(h)
-            groups[l][1].append(r)
-        return {l: (heads, alpha[:, idx, :]) for l, (heads, idx) in groups.items()}
+        """alpha [B, R, n] -> {layer: (heads, alpha rows [B, len(heads), n])}. A layer's rows are
+        consecutive (Site.rows), so they are cut out as a slice: no index tensor is copied to the device
+        in a loop that runs hundreds of times (nor into a CUDA graph)."""
+        if "by_layer" not in self.cache:
+            groups: dict = {}
+            for r, (l, h) in enumerate(self.rows):
+                groups.setdefault(l, ([], []))
+                groups[l][0].append(h)
+                groups[l][1].append(r)
+            self.cache["by_layer"] = {l: (heads, index_of(idx)) for l, (heads, idx) in groups.items()}
+        return {l: (heads, alpha[:, idx, :]) for l, (heads, idx) in self.cache["by_layer"].items()}
 
     def overrides(self, alpha: torch.Tensor) -> dict:
         """alpha [B, R, n] -> {layer: callable override replacing probs[:, heads, target, :]} for
@@ -68,7 +73,7 @@ class Problem(OnEncoded):
         t = self.target
         out = {}
         for l, (heads, a_l) in self.by_layer(alpha).items():
-            def f(probs, heads=heads, a_l=a_l):
+            def f(probs, heads=index_of(heads), a_l=a_l):
                 p = probs.expand(a_l.shape[0], -1, -1, -1).clone()
                 p[:, heads, t, :] = a_l.to(p.dtype)
                 return p
@@ -102,10 +107,14 @@ class Problem(OnEncoded):
     def softmax_rows(self, theta: torch.Tensor) -> torch.Tensor:
         """theta [B, R, m] (logits over the allowed columns) -> alpha [B, R, n] with zeros elsewhere."""
         a = torch.softmax(theta, dim=-1)
-        if bool(self.allowed.all()):
+        if "allowed" not in self.cache:  # read from the device once, not at every step
+            cols = torch.nonzero(self.allowed).flatten().tolist()
+            self.cache["allowed"] = (len(cols) == self.n, index_of(cols))
+        every, cols = self.cache["allowed"]
+        if every:
             return a
         full = a.new_zeros(a.shape[:-1] + (self.n,))
-        full[..., self.allowed] = a
+        full[..., cols] = a
         return full
 
 

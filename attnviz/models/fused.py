@@ -22,6 +22,15 @@ def _t(w: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if w is None else w.t().contiguous()
 
 
+def index_of(idx):
+    """A list of ints -> slice(first, last + 1) when consecutive, else the list (a slice passes through).
+    Indexing a device tensor with a list copies the list to the device at every call, which a loop of
+    hundreds of steps pays each time and a CUDA graph cannot hold; a slice copies nothing."""
+    if isinstance(idx, list) and idx and idx == list(range(idx[0], idx[0] + len(idx))):
+        return slice(idx[0], idx[0] + len(idx))
+    return idx
+
+
 class FusedLayer:
     """One layer (LayerWeights) in F.linear's [out, in] layout with q, k and v stacked in one matrix.
 
@@ -98,7 +107,7 @@ class FusedLayer:
             return probs
         heads, a = override
         p = probs.expand(max(a.shape[0], probs.shape[0]), -1, -1, -1).clone()
-        p[:, heads, row, :] = a.to(p.dtype)
+        p[:, index_of(heads), row, :] = a.to(p.dtype)
         return p
 
     # ---- whole layers
@@ -143,6 +152,7 @@ class CausalRow:
 
     def __init__(self, layers: list, x: torch.Tensor, start: int, rope=None):
         self.layers, self.start, self.rope = layers, start, rope
+        self._vh = {}
         n = x.shape[1]
         self.t = t = n - 1
         self.rope_t = None if rope is None else (rope[0][:, t:], rope[1][:, t:])
@@ -169,8 +179,10 @@ class CausalRow:
         fz, s, t = self.layers[self.start], self.start, self.t
         heads, a = groups[s]
         ctx = self.ctx_start.expand(batch, -1, -1).clone()  # [B, H, dh]
-        vh = self.v_start[0, [h // fz.rep for h in heads]]  # [h, n, dh]
-        ctx[:, heads] = torch.einsum("bhn,hnd->bhd", a.to(ctx.dtype), vh)
+        key = tuple(heads)
+        if key not in self._vh:  # the replaced heads' values, gathered once (no index copy per call)
+            self._vh[key] = self.v_start[0, [h // fz.rep for h in heads]]  # [h, n, dh]
+        ctx[:, index_of(heads)] = torch.einsum("bhn,hnd->bhd", a.to(ctx.dtype), self._vh[key])
         row = fz.after(self.x_start, ctx.reshape(batch, 1, fz.Dq))
         for li in range(s + 1, len(self.layers)):
             fl = self.layers[li]
