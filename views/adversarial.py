@@ -222,7 +222,9 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
     if fr.seeds:
         fig.add_trace(go.Scatter(x=[s.jsd for s in fr.seeds], y=[s.tvd for s in fr.seeds], mode="markers+text",
                                  name="models from other seeds", text=[s.spec.split(":")[-1].split("-")[-1] for s in fr.seeds],
-                                 textposition="top center", marker=dict(color=COL["seed"], symbol="triangle-up", size=12),
+                                 # seeds land close together: their labels alternate above and below
+                                 textposition=[("top left", "bottom left")[k % 2] for k in range(len(fr.seeds))],
+                                 marker=dict(color=COL["seed"], symbol="triangle-up", size=12),
                                  customdata=[s.spec for s in fr.seeds],
                                  hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>%{customdata}</extra>"))
     if jw is not None:
@@ -315,7 +317,7 @@ def explore(fr, jw):
     if ss.get("_adv_log_for") != key:  # a new result: log TVD when the baselines dwarf the frontier
         ss._adv_log_for = key
         ss.adv_log = baselines_dwarf(fr, jw)
-    k1, k2, k3 = st.columns([3, 3, 1])
+    k1, k2 = st.columns(2)
     x_target = k1.slider("Attention change to reach (JSD)", 0.0, 0.69, step=0.01, key="adv_jsd",
                          on_change=_follow, args=("jsd",), persist_state="session", bind="query-params",
                          help="Shows the point whose attention moved at least this far (Jensen–Shannon divergence "
@@ -325,7 +327,8 @@ def explore(fr, jw):
                            args=("eps",), persist_state="session", bind="query-params",
                            help="Shows the point whose attention moved furthest while the output moved at most "
                                 "ε (total variation distance: the share of probability that went elsewhere).")
-    log_y = k3.checkbox("log TVD", key="adv_log", persist_state="session", bind="query-params",
+    # its own row: beside the two sliders a 1024-px window left it a column too narrow for its label
+    log_y = st.checkbox("log TVD", key="adv_log", persist_state="session", bind="query-params",
                         help="On by default when the baselines' output changes dwarf the frontier's.")
     i_jsd, i_eps = fr.at_jsd(x_target), fr.within(eps)
     i = i_jsd if ss.adv_follow == "jsd" else i_eps
