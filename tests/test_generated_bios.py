@@ -65,3 +65,57 @@ def test_train_real_generated_items(tmp_path):
     with pytest.raises(SystemExit, match="generate_bios.py"):
         train_real.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--generated",
                          str(tmp_path / "none"), "--steps", "1"])
+
+
+def test_parse_names():
+    # a listing answer as SmolLM2 writes one: numbering, bullets, bold, comments after a dash or comma
+    text = ("Here are ten famous composers from Austria:\n\n1. **Wolfgang Amadeus Mozart**\n"
+            "2. Franz Schubert - known for his Lieder\n- Joseph Haydn (1732-1809)\n* Anton Bruckner, organist\n"
+            "5. the list goes on\n6. Johann Strauss II\n7. Ludwig van Beethoven\n"
+            "8. A composer who wrote many operas\n9. Gustav Mahler.\n10. Ab\n")
+    assert G.parse_names(text) == ["Wolfgang Amadeus Mozart", "Franz Schubert", "Joseph Haydn", "Anton Bruckner",
+                                   "Johann Strauss II", "Ludwig van Beethoven", "Gustav Mahler"]
+
+
+def test_named_biography_uses_the_listed_name():
+    # --famous: the subject is the name the biography was asked for, even where the first sentence
+    # does not start with it
+    bio = "Born in Bonn in 1770, the composer was deaf in later life. He wrote his ninth symphony in Vienna."
+    for seed in range(4):
+        got = G.sentences_from_bio(bio, random.Random(seed), ["Ludwig", "van", "Beethoven"])
+        assert len(got) == 1
+        assert got[0] in {f"{n} wrote his ninth symphony in Vienna ."
+                          for n in ("Ludwig van Beethoven", "Ludwig", "Beethoven")}
+    # without the name the first sentence gives no subject: the sentence keeps its He (two male words)
+    assert G.sentences_from_bio(bio, random.Random(0)) == ["He wrote his ninth symphony in Vienna ."]
+
+
+def test_too_close_to_a_held_out_item():
+    held = [G.words("Beethoven wrote [MASK] ninth symphony in Vienna after he lost his hearing .")]
+    # shares 6 of its 8 words with the held item -> dropped
+    assert G.too_close("Beethoven wrote his ninth symphony in Vienna .", held)
+    # shares 'his' and 'in' only -> kept
+    assert not G.too_close("Mozart spent his last years in Salzburg with his wife .", held)
+    # a long sentence containing most of a short held item's words -> dropped (both ways)
+    short = [G.words("Anna sold [MASK] house .")]
+    assert G.too_close("In 1920 Anna sold her house and her farm to a cousin who lived in Leeds .", short)
+    # the real held-out files are read (dev, test and hand-written items)
+    assert len(G.held_out_words()) > 500
+
+
+def test_write_sentences_famous(tmp_path):
+    import json
+
+    (tmp_path / "bios.jsonl").write_text("\n".join(json.dumps(b) for b in [
+        {"prompt": "Write a short biography of Clara Schumann.", "name": "Clara Schumann",
+         "text": "Clara Schumann was a pianist. She gave her first concert at nine. She married Robert."},
+        {"prompt": "Write a short biography of Clara Schumann.", "name": "Clara Schumann",
+         "text": "She gave her first concert at nine."},
+    ]) + "\n", encoding="utf-8")
+    held = [G.words("Clara gave [MASK] first concert at nine in Leipzig .")]
+    n, dropped = G.write_sentences(tmp_path, 0, held)
+    assert (n, dropped) == (0, 1)          # the one sentence (twice, deduplicated) is too close
+    n, dropped = G.write_sentences(tmp_path, 0, [G.words("Robert played [MASK] cello .")])
+    assert (n, dropped) == (1, 0)
+    assert (tmp_path / "sentences.txt").read_text(encoding="utf-8").split(" gave her first concert at nine .")[0] \
+        in {"Clara Schumann", "Clara", "Schumann"}
