@@ -181,13 +181,11 @@ def smollm2():
     return tok, model
 
 
-DATA = Path(__file__).resolve().parents[1] / "attnviz" / "builtin" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_dev_overlap import DATA, words  # noqa: E402  (the overlap measure, one definition)
+
 HELD = ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl", "real_pronoun.jsonl",
         "handwritten.jsonl")
-
-
-def words(text: str) -> set:
-    return {w for w in text.lower().split() if re.search(r"[a-z0-9]", w) and w != "[mask]"}
 
 
 def held_out_words() -> list[set]:
@@ -265,7 +263,6 @@ def main(argv=None) -> None:
     rng = random.Random(args.seed * 1_000_003 + done)        # a resumed run draws other prompts
     torch.manual_seed(args.seed * 1_000_003 + done)
     t1, n_tok = time.time(), 0
-    queue: list[str] = []
     if args.famous:
         names_file = out / "names.jsonl"
         if not names_file.exists():
@@ -283,12 +280,11 @@ def main(argv=None) -> None:
                       f"{(time.time() - t1) / 60:.1f} min", flush=True)
             names_file.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in listed), encoding="utf-8")
         names = [json.loads(ln)["name"] for ln in names_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        queue = [names[i % len(names)] for i in range(done, done + 100 * len(names))] if names else []
         if not names:
             raise SystemExit("the LM listed no usable names")
     while done < args.bios and time.time() - t1 < args.minutes * 60:
-        if args.famous:
-            batch_names, queue = queue[:args.batch], queue[args.batch:]
+        if args.famous:  # the listed names in turn, going on where a resumed run stopped
+            batch_names = [names[(done + k) % len(names)] for k in range(args.batch)]
             ps = [f"Write a short biography of {nm}." for nm in batch_names]
         else:
             ps = prompts(rng, args.batch)
