@@ -323,3 +323,57 @@ def test_dev_sets_are_apart_from_the_test_sets():
                 sg = it["answer"] in ("is", "was", "has") or (it["answer"] not in ("are", "were", "have")
                                                              and it["answer"].endswith("s"))
                 assert sg == (it["subject_number"] == "sg"), it
+
+
+# --- round 10: appositions that tell the subject's sex ---
+MALE_HEADS = {"son", "brother", "husband", "widower", "father", "nephew", "grandson", "uncle", "stepson", "fiance",
+              "king", "prince", "duke", "emperor", "actor", "monk", "businessman", "policeman", "schoolboy",
+              "waiter", "headmaster", "landlord", "chairman", "sportsman"}
+FEMALE_HEADS = {"daughter", "sister", "wife", "widow", "mother", "niece", "granddaughter", "aunt", "stepdaughter",
+                "fiancee", "queen", "princess", "duchess", "empress", "actress", "nun", "businesswoman",
+                "policewoman", "schoolgirl", "waitress", "headmistress", "landlady", "chairwoman", "sportswoman"}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gendered_apposition_option(tmp_path, seed):
+    """load_lists(gendered_appos=p) (train_real --gendered-appos p): about p of the singular pronoun
+    items become "SUBJECT , <apposition> , verb [MASK] ..." items. Read back with plain rules: the
+    apposition's head noun (the word before "of" / "from") has the answer's sex, every person after
+    "of" the other sex, the subject is a bare surname or a person not of the other sex; p = 0 draws
+    no such item."""
+    corpus = _tiny_corpus(tmp_path)
+    assert not [it for it in R.items("pronoun", 400, R.load_lists(corpus), seed) if it["construction"] == "sexed_appos"]
+    items = R.items("pronoun", 2000, R.load_lists(corpus, gendered_appos=0.4), seed)
+    sexed = [it for it in items if it["construction"] == "sexed_appos"]
+    singular = [it for it in items if it["answer"] != "their"]
+    assert 0.3 < len(sexed) / len(singular) < 0.5
+    male, female = _sex_words()
+    surnames = {"smith", "garcia", "brown"}
+    kinds = collections.Counter()
+    for it in sexed:
+        words = it["text"].lower().split()
+        assert words.count("[mask]") == 1 and it["answer"] in ("his", "her") and {it["answer"], it["wrong"]} == {"his", "her"}
+        segs = it["text"].lower().split(" , ")
+        subj, appos = segs[0], " , ".join(segs[1:-1])  # the last segment holds the verb and [MASK]
+        assert "[mask]" in segs[-1] and "[mask]" not in appos
+        link = " of " if " of " in appos else " from "
+        head, rest = appos.split(link, 1)
+        head = head.split()[-1]
+        own, other = (MALE_HEADS, FEMALE_HEADS) if it["answer"] == "his" else (FEMALE_HEADS, MALE_HEADS)
+        assert head in own and head not in other, it
+        same, opposite = (male, female) if it["answer"] == "his" else (female, male)
+        if rest not in R.PLACES:
+            people = rest.replace(" and ", " , ").split(" , ")
+            assert len(people) == it["n_attractors"] >= 1, it
+            for person in people:  # a distractor: no word of the subject's sex, some word of the other's or a surname
+                assert not set(person.split()) & same, it
+                assert set(person.split()) & (opposite | surnames), it
+            kinds["of"] += 1
+        else:
+            assert it["n_attractors"] == 0 and rest in R.PLACES, it
+            kinds["place"] += 1
+        assert subj in surnames or (not set(subj.split()) & opposite and set(subj.split()) & same), it
+        kinds["surname" if subj in surnames else "person"] += 1
+    assert min(kinds.values()) > 20, kinds
+    with pytest.raises(ValueError):
+        R.load_lists(corpus, gendered_appos=1.5)

@@ -10,7 +10,10 @@ Two tasks, labelled by construction (the label is a rule of the frame, not a mod
   title and a name, or a gendered noun) is the subject of the main clause; the possessive after the
   main verb refers to it; the distractors (0-4) are people of the other sex inside a relative
   clause, a "whose" clause, an apposition or a fronted phrase, where they cannot be the subject.
-  A plural subject (a plural noun, or two people joined by "and") takes "their".
+  A plural subject (a plural noun, or two people joined by "and") takes "their". With
+  `load_lists(..., gendered_appos=p)` (round 10) a share p of the singular items instead give the
+  subject (often a bare surname) an apposition whose head noun tells its sex: "the younger brother of"
+  + the distractors, or without distractors a title of a place or a role ("the last queen of egypt").
 - agreement: a subject noun phrase with 0-4 attractors (nouns of the other number in stacked
   prepositional phrases and relative clauses) before the verb; the verb agrees with the head.
 
@@ -134,6 +137,9 @@ class Lists:
     # when present; empty = the round-3 generator, draw for draw
     extra_male: list = field(default_factory=list)
     extra_female: list = field(default_factory=list)
+    # round 10: the share of singular pronoun items whose subject gets an apposition that tells its
+    # sex ("Beethoven , the younger brother of Anna , ..."); 0 = the round-3 generator, draw for draw
+    gendered_appos: float = 0.0
 
 
 EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
@@ -150,7 +156,7 @@ def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
 
 
 def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False,
-               common_names: bool = False) -> Lists:
+               common_names: bool = False, gendered_appos: float = 0.0) -> Lists:
     corpus = Path(corpus)
     read = lambda name: (corpus / name).read_text(encoding="utf-8").split()  # noqa: E731
     # a noun is a WordNet noun seen after "the" (singular) and its plural seen after "the" too: that
@@ -165,7 +171,40 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
     if extra_names and common_names:
         raise ValueError("extra_names and common_names are two lists for the same draw: pick one")
     extra = read_extra_names() if extra_names else read_extra_names(COMMON_NAMES) if common_names else ([], [])
-    return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra)
+    if not 0.0 <= gendered_appos <= 1.0:
+        raise ValueError(f"gendered_appos is a share of the singular pronoun items: 0..1, not {gendered_appos}")
+    return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra,
+                 gendered_appos=gendered_appos)
+
+
+# round 10: appositions whose head noun gives the subject's sex, followed by the distractors of the
+# other sex ("the younger brother of {d}") or, without distractors, a title or a role ("the last queen
+# of egypt", "an actress from vienna"); (male, female)
+SEXED_OF = [("son", "daughter"), ("younger brother", "younger sister"), ("elder brother", "elder sister"),
+            ("husband", "wife"), ("widower", "widow"), ("father", "mother"), ("nephew", "niece"),
+            ("grandson", "granddaughter"), ("uncle", "aunt"), ("stepson", "stepdaughter"), ("fiance", "fiancee")]
+SEXED_TITLES = [("king", "queen"), ("prince", "princess"), ("duke", "duchess"), ("emperor", "empress")]
+SEXED_ROLES = [("actor", "actress"), ("monk", "nun"), ("businessman", "businesswoman"), ("policeman", "policewoman"),
+               ("schoolboy", "schoolgirl"), ("waiter", "waitress"), ("headmaster", "headmistress"),
+               ("landlord", "landlady"), ("chairman", "chairwoman"), ("sportsman", "sportswoman")]
+
+
+def _sexed_appos(rng, lists: Lists, sex: str, k: int) -> str:
+    """An apposition that gives a subject of `sex` away: k distractors of the other sex after "of",
+    or (k = 0) a title of a place or a role."""
+    x = 0 if sex == "m" else 1
+    if k:
+        other = "f" if sex == "m" else "m"
+        rel = rng.choice(SEXED_OF)[x]
+        one_of_many = rel.split()[-1] in ("son", "daughter", "nephew", "niece", "grandson", "granddaughter", "uncle", "aunt")
+        det = ("an" if rel[0] in "aeiou" else "a") if one_of_many and rng.random() < 0.3 else "the"
+        return f"{det} {rel} of {_people(rng, lists, other, k)}"
+    if rng.random() < 0.5:
+        when = rng.choice(["the last", "the first", "the young", "the future", "the", "a former"])
+        return f"{when} {rng.choice(SEXED_TITLES)[x]} of {rng.choice(PLACES)}"
+    role = rng.choice(SEXED_ROLES)[x]
+    det = "an" if role[0] in "aeiou" else "a"
+    return f"{det} {role} from {rng.choice(PLACES)}"
 
 
 def _fill(rng, s: str) -> str:
@@ -243,6 +282,14 @@ def pronoun_item(rng, lists: Lists) -> dict:
         answer, wrong = ("his", "her") if sex == "m" else ("her", "his")
         poss, obj_pron = answer, ("him" if sex == "m" else "her")
     vp = _vp(rng, plural)
+    if not plural and lists.gendered_appos and rng.random() < lists.gendered_appos:
+        # the subject's sex is told by the apposition: the subject is often a bare surname
+        if rng.random() < 0.5:
+            subj = _cap(rng.choice(lists.surnames))
+        text = " ".join(f"{subj} , {_sexed_appos(rng, lists, sex, k)} , {vp} .".split())
+        text = text[0].upper() + text[1:]
+        return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": "sexed_appos",
+                "n_attractors": k, "source": "styled"}
     if k == 0:
         kind = rng.choice(["simple", "year", "adv", "adv", "coord"])
         first = _fill(rng, rng.choice(FIRST_VPS).replace("{be}", "were" if plural else "was"))
