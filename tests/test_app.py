@@ -554,6 +554,23 @@ def test_faithfulness_names_and_estimate(app_spec, lm):
     assert any("Estimate: about" in c.value and "measured just now" in c.value for c in at.caption)
 
 
+def test_faithfulness_says_when_integrated_gradients_took_more_steps(app_spec, lm):
+    """Integrated gradients double their steps until the completeness error is within 1 %: asked for 1
+    step, the caption gives the steps used, says they were doubled from the 1 asked, and the error it
+    prints is within the 1 % it claims (more steps than asked and no such words would read as a bug)."""
+    import re
+
+    at = new_app(app_spec, page="faithfulness").run()
+    at.number_input(key="fa_ig_steps").set_value(1).run()
+    no_exception(at)
+    cap = next(c.value for c in at.caption if "integrated gradients:" in c.value)
+    m = re.search(r"integrated gradients: (\d+) steps( \(doubled from the 1 asked until the error was within 1 %\))?, "
+                  r"completeness error ([-\d.e+]+) \(([-\d.e+]+) %", cap)
+    assert m, cap
+    assert int(m[1]) > 1 and m[2], cap
+    assert float(m[4]) <= 1.0, cap
+
+
 def test_line_view_of_a_long_text_says_how_to_read_it(app_spec, lm):
     """Lines past STRIP_OPEN_MAX tokens: a caption gives the view's height and points to hovering and to
     heatmaps; a short text gets none."""

@@ -147,7 +147,12 @@ for note in notes:
 explain = [f"blank-out replaces a token with {ui.plain(imp.blank_token)}" if imp.blank_token else None,
            "leave-one-out deletes it" if "leave_one_out" in imp.values else None]
 if imp.ig:
-    explain.append(f"integrated gradients: {imp.ig['steps']} steps, completeness error "
+    grown = ""
+    if int(imp.ig["steps"]) > int(ig_steps):
+        grown = (f" (doubled from the {int(ig_steps)} asked until the error was within {100 * IG_TOL:.0f} %)"
+                 if imp.ig["completeness_rel"] <= IG_TOL else
+                 f" (doubled from the {int(ig_steps)} asked; the error is still above {100 * IG_TOL:.0f} % at the limit)")
+    explain.append(f"integrated gradients: {imp.ig['steps']} steps{grown}, completeness error "
                    f"{imp.ig['completeness_abs']:.1e} ({100 * imp.ig['completeness_rel']:.2g} % of f(x) − f(baseline))")
 st.caption("; ".join(e for e in explain if e) + f". Compared over {len(imp.positions)} tokens "
            f"(special tokens{'' if include_target else ' and the target'} left out).")

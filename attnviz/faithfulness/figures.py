@@ -48,7 +48,8 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
     lines = textwrap.wrap(f"importance for {imp.target.label}", 64) or [""]
     fig.update_layout(height=160 * len(panels) + 100 + 18 * (len(lines) - 1),
                       margin=dict(l=40, r=10, t=70 + 18 * (len(lines) - 1), b=40),
-                      title=dict(text="<br>".join(html.escape(x, quote=False) for x in lines), y=0.995, yanchor="top"))
+                      title=dict(text="<br>".join(html.escape(x, quote=False) for x in lines), y=1, yanchor="top",
+                                 pad=dict(t=10)))  # the first line clear of the top edge
     return fig
 
 
