@@ -810,3 +810,11 @@ svg.querySelectorAll('text.tok').forEach(t => {
             f'<div id="info">Hover a token to see only its lines.</div>'
             f'<svg class="lineview" width="100%" style="max-width:{width}px" viewBox="0 0 {width} {h}">{head}{"".join(lines)}'
             f'{"".join(texts)}</svg>{script}</body></html>')
+
+
+def layer_axis(fig, L: int) -> None:
+    """The x axis of a figure over layers 1..L: exactly that range (autorange's padding showed a layer 0
+    and a layer L + 1), every layer ticked up to 20 layers, beyond that 1 and every fifth (30 rotated
+    labels at 1024 px were a blur)."""
+    ticks = list(range(1, L + 1)) if L <= 20 else [1] + list(range(5, L + 1, 5))
+    fig.update_xaxes(title_text="layer", range=[0.5, L + 0.5], tickmode="array", tickvals=ticks)

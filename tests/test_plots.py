@@ -368,3 +368,16 @@ def test_figure_bytes_png_and_svg():
     assert "1·<b>" in texts and "<b>" not in svg
     with pytest.raises(ValueError):
         export.figure_bytes(fig, "gif")
+
+
+@pytest.mark.parametrize("L, ticks", [(1, [1]), (6, [1, 2, 3, 4, 5, 6]), (20, list(range(1, 21))),
+                                      (30, [1, 5, 10, 15, 20, 25, 30]), (22, [1, 5, 10, 15, 20])])
+def test_layer_axis_shows_the_layers_only(L, ticks):
+    """A figure over layers 1..L spans exactly them (no layer 0 or L + 1 from autorange's padding); past
+    20 layers only 1 and every fifth layer are labelled."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Bar(x=list(range(1, L + 1)), y=[1.0] * L))
+    plots.layer_axis(fig, L)
+    ax = fig.to_dict()["layout"]["xaxis"]
+    assert ax["range"] == [0.5, L + 0.5] and list(ax["tickvals"]) == ticks and ax["tickmode"] == "array"

@@ -82,7 +82,7 @@ def layer_lines(per_layer: dict, title: str, key: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=list(range(1, len(y) + 1)), y=y, name=name, mode="lines+markers",
                                  line=dict(color=COLORS[name], dash="dash" if name in FFN else "solid"),
                                  hovertemplate=f"{name}: {EXPLAIN[name]}<br>layer %{{x}}: %{{y:.1f}} %<extra></extra>"))
-    fig.update_xaxes(title_text="layer", dtick=1)
+    plots.layer_axis(fig, max((len(v) for v in per_layer.values()), default=1))
     fig.update_yaxes(title_text="mean context-mixing ratio (%)", rangemode="tozero")
     fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
                       legend=dict(font=dict(size=13)), meta=key)
@@ -132,10 +132,13 @@ def side_by_side():
                                                                               for l in range(1, L + 1)],
                           text=[f"{v:.3f}" for v in sm.change], textposition="outside", cliponaxis=False,
                           hovertemplate="layer %{x}: 1 − ρ = %{y:.4f}<extra></extra>"))
-    ch.update_xaxes(title_text="layer", dtick=1)
+    plots.layer_axis(ch, L)
     ch.update_yaxes(title_text="1 − Spearman ρ", rangemode="tozero")
+    # a bar's value above it only where it fits at a readable size (30 bars at 1024 px shrank them to
+    # ~5 px); the hover gives every value
     ch.update_layout(title="Contextualization change ATTNRESLN → ATBFFRESLN per layer", height=320,
-                     margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white", meta="change")
+                     margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white", meta="change",
+                     uniformtext=dict(minsize=10, mode="hide"))
     st.plotly_chart(ch, key="cm_change")
     st.caption("1 − Spearman's ρ between the two flattened maps of a layer: 0 when the FFN, its residual "
                "and the second norm keep the ranking of the (receiver, source) pairs"
