@@ -377,3 +377,32 @@ def test_gendered_apposition_option(tmp_path, seed):
     assert min(kinds.values()) > 20, kinds
     with pytest.raises(ValueError):
         R.load_lists(corpus, gendered_appos=1.5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sexed_contrast_option(tmp_path, seed):
+    """load_lists(sexed_contrast=q) (train_real --sexed-contrast q): about q of the singular pronoun items
+    with distractors become "SUBJECT , whom the <sexed noun> ... <verb> , verb [MASK] ...". Read back with
+    plain rules: the word after "whom the" (or after one adjective) is a sexed noun of the other sex than
+    the answer, the subject before the first comma names a person of the answer's sex, and no person
+    after "whom" is of the answer's sex; q = 0 draws no such item."""
+    corpus = _tiny_corpus(tmp_path)
+    assert not [it for it in R.items("pronoun", 400, R.load_lists(corpus), seed) if it["construction"] == "sexed_contrast"]
+    items = R.items("pronoun", 2000, R.load_lists(corpus, sexed_contrast=0.4), seed)
+    sexed = [it for it in items if it["construction"] == "sexed_contrast"]
+    eligible = [it for it in items if it["answer"] != "their" and it["n_attractors"] >= 1]
+    assert 0.3 < len(sexed) / len(eligible) < 0.5
+    male, female = _sex_words()
+    for it in sexed:
+        segs = it["text"].lower().split(" , ")
+        subj, clause = segs[0], " , ".join(segs[1:-1])
+        assert "[mask]" in segs[-1] and clause.startswith("whom the "), it
+        same, opposite = (male, female) if it["answer"] == "his" else (female, male)
+        words = clause.split()
+        noun = words[2] if words[2] in male | female else words[3]  # "whom the [adjective] noun"
+        assert noun in opposite and noun not in same, it
+        assert set(subj.split()) & same and not set(subj.split()) & opposite, it
+        assert not set(words) & same, it
+        assert it["n_attractors"] >= 1
+    with pytest.raises(ValueError):
+        R.load_lists(corpus, sexed_contrast=-0.1)

@@ -14,6 +14,9 @@ Two tasks, labelled by construction (the label is a rule of the frame, not a mod
   `load_lists(..., gendered_appos=p)` (round 10) a share p of the singular items instead give the
   subject (often a bare surname) an apposition whose head noun tells its sex: "the younger brother of"
   + the distractors, or without distractors a title of a place or a role ("the last queen of egypt").
+  With `sexed_contrast=q` (round 11) a share q of the singular items with distractors put a sexed
+  common noun of the other sex right after the subject, in an object relative clause ("the countess ,
+  whom the king had met in paris , ..."), where it is not the subject.
 - agreement: a subject noun phrase with 0-4 attractors (nouns of the other number in stacked
   prepositional phrases and relative clauses) before the verb; the verb agrees with the head.
 
@@ -140,6 +143,10 @@ class Lists:
     # round 10: the share of singular pronoun items whose subject gets an apposition that tells its
     # sex ("Beethoven , the younger brother of Anna , ..."); 0 = the round-3 generator, draw for draw
     gendered_appos: float = 0.0
+    # round 11: the share of singular pronoun items with distractors that instead put a sexed common noun
+    # of the other sex right after the subject, where it is not the subject ("the countess , whom the king
+    # had met in paris , ..."): the contrast to gendered_appos's cue; 0 = no such item, draw for draw
+    sexed_contrast: float = 0.0
 
 
 EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
@@ -156,7 +163,7 @@ def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
 
 
 def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False,
-               common_names: bool = False, gendered_appos: float = 0.0) -> Lists:
+               common_names: bool = False, gendered_appos: float = 0.0, sexed_contrast: float = 0.0) -> Lists:
     corpus = Path(corpus)
     read = lambda name: (corpus / name).read_text(encoding="utf-8").split()  # noqa: E731
     # a noun is a WordNet noun seen after "the" (singular) and its plural seen after "the" too: that
@@ -171,10 +178,26 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
     if extra_names and common_names:
         raise ValueError("extra_names and common_names are two lists for the same draw: pick one")
     extra = read_extra_names() if extra_names else read_extra_names(COMMON_NAMES) if common_names else ([], [])
-    if not 0.0 <= gendered_appos <= 1.0:
-        raise ValueError(f"gendered_appos is a share of the singular pronoun items: 0..1, not {gendered_appos}")
+    for name, v in (("gendered_appos", gendered_appos), ("sexed_contrast", sexed_contrast)):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"{name} is a share of the singular pronoun items: 0..1, not {v}")
     return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra,
-                 gendered_appos=gendered_appos)
+                 gendered_appos=gendered_appos, sexed_contrast=sexed_contrast)
+
+
+# round 11: object relative clauses whose own subject is a sexed common noun of the other sex
+WHOM_VERBS = ["had met", "had known", "had married", "admired", "had trained", "had hired", "visited", "had taught",
+              "had followed", "had painted", "had nursed", "had courted", "distrusted", "had raised"]
+WHOM_TAILS = ["in {place}", "in {year}", "as a child", "years before", "at school", "during the war", "at court", ""]
+
+
+def _sexed_contrast(rng, lists: Lists, subj: str, other: str, k: int, vp: str) -> str:
+    """SUBJECT , whom the <sexed noun of the other sex> [and k - 1 more people of that sex] <verb> , vp ."""
+    noun = rng.choice(L.GENDERED_PAIRS)[0 if other == "m" else 1]
+    first = ("the " + (rng.choice(L.ADJECTIVES) + " " if rng.random() < 0.3 else "") + noun)
+    rest = _people(rng, lists, other, k - 1) if k > 1 else ""
+    who = first + (" and " + rest if rest else "")
+    return f"{subj} , whom {who} {rng.choice(WHOM_VERBS)} {_fill(rng, rng.choice(WHOM_TAILS))} , {vp} ."
 
 
 # round 10: appositions whose head noun gives the subject's sex, followed by the distractors of the
@@ -289,6 +312,11 @@ def pronoun_item(rng, lists: Lists) -> dict:
         text = " ".join(f"{subj} , {_sexed_appos(rng, lists, sex, k)} , {vp} .".split())
         text = text[0].upper() + text[1:]
         return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": "sexed_appos",
+                "n_attractors": k, "source": "styled"}
+    if not plural and k and lists.sexed_contrast and rng.random() < lists.sexed_contrast:
+        text = " ".join(_sexed_contrast(rng, lists, subj, other, k, vp).split())
+        text = text[0].upper() + text[1:]
+        return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": "sexed_contrast",
                 "n_attractors": k, "source": "styled"}
     if k == 0:
         kind = rng.choice(["simple", "year", "adv", "adv", "coord"])

@@ -102,6 +102,10 @@ def main(argv=None) -> None:
                     help="round 10: this share (0..1) of the singular real-style pronoun items give the subject "
                          "(often a bare surname) an apposition whose head noun tells its sex ('the younger "
                          "brother of' + the distractors, 'the last queen of egypt'); 0 = the round-3 generator")
+    ap.add_argument("--sexed-contrast", type=float, default=0.0, metavar="SHARE",
+                    help="round 11: this share (0..1) of the singular real-style pronoun items with distractors put "
+                         "a sexed common noun of the other sex right after the subject, in an object relative "
+                         "clause ('the countess , whom the king had met , ...'); 0 = no such item")
     ap.add_argument("--common-names", action="store_true",
                     help="real-style pronoun items also draw first names from the shorter list of common "
                          "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
@@ -127,8 +131,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.extra_names and args.common_names:
         ap.error("--extra-names and --common-names: pick one")
-    if not 0.0 <= args.gendered_appos <= 1.0:
-        ap.error(f"--gendered-appos is a share: 0..1, not {args.gendered_appos}")
+    for flag, v in (("--gendered-appos", args.gendered_appos), ("--sexed-contrast", args.sexed_contrast)):
+        if not 0.0 <= v <= 1.0:
+            ap.error(f"{flag} is a share: 0..1, not {v}")
     if args.generated:
         gpath = Path(args.generated, "sentences.txt")
         if not gpath.exists():
@@ -164,7 +169,8 @@ def main(argv=None) -> None:
         from . import real_style
         try:
             lists = real_style.load_lists(Path(args.corpus), extra_names=args.extra_names,
-                                          common_names=args.common_names, gendered_appos=args.gendered_appos)
+                                          common_names=args.common_names, gendered_appos=args.gendered_appos,
+                                          sexed_contrast=args.sexed_contrast)
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
                              "python scripts/build_corpus.py --out " + args.corpus) from None
@@ -283,6 +289,7 @@ def main(argv=None) -> None:
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
             "extra_names": args.extra_names, "common_names": args.common_names, "gendered_appos": args.gendered_appos,
+            "sexed_contrast": args.sexed_contrast,
             "hidden": args.hidden or MODEL_CONFIG["hidden_size"],
             "generated": args.generated, "generated_share": args.generated_share if args.generated else 0.0,
             "n_generated_items": len(generated),
