@@ -309,15 +309,9 @@ def pronoun_item(rng, lists: Lists) -> dict:
         # the subject's sex is told by the apposition: the subject is often a bare surname
         if rng.random() < 0.5:
             subj = _cap(rng.choice(lists.surnames))
-        text = " ".join(f"{subj} , {_sexed_appos(rng, lists, sex, k)} , {vp} .".split())
-        text = text[0].upper() + text[1:]
-        return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": "sexed_appos",
-                "n_attractors": k, "source": "styled"}
+        return _pronoun(f"{subj} , {_sexed_appos(rng, lists, sex, k)} , {vp} .", answer, wrong, "sexed_appos", k)
     if not plural and k and lists.sexed_contrast and rng.random() < lists.sexed_contrast:
-        text = " ".join(_sexed_contrast(rng, lists, subj, other, k, vp).split())
-        text = text[0].upper() + text[1:]
-        return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": "sexed_contrast",
-                "n_attractors": k, "source": "styled"}
+        return _pronoun(_sexed_contrast(rng, lists, subj, other, k, vp), answer, wrong, "sexed_contrast", k)
     if k == 0:
         kind = rng.choice(["simple", "year", "adv", "adv", "coord"])
         first = _fill(rng, rng.choice(FIRST_VPS).replace("{be}", "were" if plural else "was"))
@@ -354,10 +348,14 @@ def pronoun_item(rng, lists: Lists) -> dict:
             kind = "fronted"
             where = f" {rng.choice(['in', 'at', 'near'])} {rng.choice(PLACES)}" if rng.random() < 0.3 else ""
             text = f"{rng.choice(FRONTED)} {ds}{where} , {subj} {vp} ."
+    return _pronoun(text, answer, wrong, kind, k)
+
+
+def _pronoun(text: str, answer: str, wrong: str, kind: str, k: int) -> dict:
+    """A pronoun item: the text's spaces normalised and its first letter capitalised."""
     text = " ".join(text.split())
-    text = text[0].upper() + text[1:]
-    return {"text": text, "answer": answer, "wrong": wrong, "task": "pronoun", "construction": kind,
-            "n_attractors": k, "source": "styled"}
+    return {"text": text[0].upper() + text[1:], "answer": answer, "wrong": wrong, "task": "pronoun",
+            "construction": kind, "n_attractors": k, "source": "styled"}
 
 
 AUX = [("is", "are"), ("was", "were"), ("has", "have")]

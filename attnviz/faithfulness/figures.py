@@ -75,7 +75,9 @@ def study_figure(res, stat: str = "spearman"):
                                      mode="lines+markers", name=m, legendgroup=m, showlegend=bi == 0,
                                      line=dict(color=colors[mi % len(colors)])), row=r, col=c)
     fig.update_yaxes(range=[-1, 1])
-    fig.update_xaxes(title_text="layer", tickvals=layers)
+    from ..plots import layer_axis
+
+    layer_axis(fig, res.n_layers)
     fig.update_layout(title=f"mean {stat} (± std) of the target row vs importance, {res.n_sentences} sentences",
                       height=380 * nrows + 80)
     return fig
