@@ -78,6 +78,11 @@ def study_figure(res, stat: str = "spearman"):
     from ..plots import layer_axis
 
     layer_axis(fig, res.n_layers)
-    fig.update_layout(title=f"mean {stat} (± std) of the target row vs importance, {res.n_sentences} sentences",
-                      height=380 * nrows + 80)
+    # the legend in a row above the panels, not in a column beside them: at 1024 px a column legend left
+    # each of the three panels about 100 px wide
+    fig.update_layout(title=dict(text=f"mean {stat} (± std) of the target row vs importance, {res.n_sentences} sentences",
+                                 y=1, yanchor="top", pad=dict(t=10)),
+                      height=380 * nrows + 130, margin=dict(t=130, r=30),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1 - 48 / (380 * nrows + 130), yanchor="top",
+                                  yref="container", font=dict(size=12)))
     return fig
