@@ -3,7 +3,7 @@
     python scripts/check_dev_overlap.py [DEV.jsonl ...]   # default: both real_dev_*.jsonl
 
 For every dev item: the largest share of its words (lowercased, punctuation and [MASK] dropped) that
-one test item (real_agreement.jsonl or real_pronoun.jsonl) also has. Prints, per dev file, how many
+one test item (real_agreement.jsonl, real_pronoun.jsonl or real_pronoun2.jsonl) also has. Prints, per dev file, how many
 items share more than half of their words with some test item and the line numbers of those dev
 items; never a test item (the test sets are not to be read item by item).
 """
@@ -21,7 +21,7 @@ def words(text: str) -> set:
 
 def main(argv=None) -> int:
     files = [Path(f) for f in (argv or [])] or [DATA / "real_dev_agreement.jsonl", DATA / "real_dev_pronoun.jsonl"]
-    tests = [words(json.loads(ln)["text"]) for name in ("real_agreement.jsonl", "real_pronoun.jsonl")
+    tests = [words(json.loads(ln)["text"]) for name in ("real_agreement.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl")
              for ln in (DATA / name).read_text(encoding="utf-8").splitlines() if ln.strip()]
     for f in files:
         items = [json.loads(ln) for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]

@@ -118,7 +118,7 @@ def test_every_answer_is_one_token(shipped):
     _, tok = shipped
     vocab = tok.get_vocab()
     items = load_eval_set("agreement") + load_eval_set("pronoun")
-    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl"):
+    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl", "handwritten.jsonl"):
         items += read_jsonl(PACKAGE_DATA / f)
     words = {w for it in items for w in (it["answer"], it["wrong"])}
     assert len(words) >= 20

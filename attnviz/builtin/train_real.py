@@ -187,7 +187,7 @@ def main(argv=None) -> None:
             dev[f] = read_jsonl(PACKAGE_DATA / f"{f}.jsonl")
     required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
                 for w in (it["answer"], it["wrong"])}
-    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl"):
+    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl", "handwritten.jsonl"):
         required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
     gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
     styled_texts = [it["text"].replace("[MASK]", it["answer"]) for it in styled[::4]]
