@@ -13,7 +13,9 @@ from attnviz.builtin.common import DATA_DIR, MODELS_DIR, PACKAGE_DATA, read_json
 
 AGREEMENT = PACKAGE_DATA / "real_agreement.jsonl"
 PRONOUN = PACKAGE_DATA / "real_pronoun.jsonl"
-PRONOUN2 = PACKAGE_DATA / "real_pronoun2.jsonl"   # issue #16 round 12: the second, larger pronoun test set
+AGREEMENT2 = PACKAGE_DATA / "real_agreement2.jsonl"   # issue #16 round 12: second test sets, written by other
+PRONOUN2 = PACKAGE_DATA / "real_pronoun2.jsonl"       # hands after the models were trained
+DEV_PRONOUN2 = PACKAGE_DATA / "real_dev_pronoun2.jsonl"  # round 12: a fresh dev set
 VERB_PAIRS = {("is", "are"), ("was", "were"), ("has", "have")}
 FIELDS = {"text", "answer", "wrong", "task", "construction", "n_attractors"}
 
@@ -26,12 +28,13 @@ def _items(path):
 def _sg_pl(a, b):
     """(singular, plural) of a verb pair, or None when the pair is not one verb in two numbers."""
     for sg, pl in ((a, b), (b, a)):
-        if (sg, pl) in VERB_PAIRS or sg in (pl + "s", pl + "es"):
+        if (sg, pl) in VERB_PAIRS or sg in (pl + "s", pl + "es") or (pl.endswith("y") and sg == pl[:-1] + "ies"):
             return sg, pl
     return None
 
 
-@pytest.mark.parametrize("path", [AGREEMENT, PRONOUN, PRONOUN2], ids=["agreement", "pronoun", "pronoun2"])
+@pytest.mark.parametrize("path", [AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2],
+                         ids=["agreement", "agreement2", "pronoun", "pronoun2", "dev_pronoun2"])
 def test_items_are_well_formed(path):
     items = _items(path)
     texts = [it["text"] for it in items]
@@ -70,7 +73,8 @@ def test_agreement_set_balance_and_labels():
     assert all(styles["news", k] >= 10 for k in range(5)), styles  # news style spans 0-4 attractors too
 
 
-@pytest.mark.parametrize("path,least", [(PRONOUN, 60), (PRONOUN2, 240)], ids=["pronoun", "pronoun2"])
+@pytest.mark.parametrize("path,least", [(PRONOUN, 60), (PRONOUN2, 240), (DEV_PRONOUN2, 100)],
+                         ids=["pronoun", "pronoun2", "dev_pronoun2"])
 def test_pronoun_set_balance_and_labels(path, least):
     items = _items(path)
     assert len(items) >= least
@@ -78,7 +82,7 @@ def test_pronoun_set_balance_and_labels(path, least):
         assert it["task"] == "pronoun"
         assert it["answer"] in ("his", "her", "their") and it["wrong"] in ("his", "her", "their"), it
     answers = Counter(it["answer"] for it in items)
-    assert abs(answers["his"] - answers["her"]) <= max(3, 0.05 * len(items)) and answers["their"] >= 5, answers
+    assert abs(answers["his"] - answers["her"]) <= max(3, 0.1 * len(items)) and answers["their"] >= 5, answers
     assert {it["n_attractors"] for it in items} == {0, 1, 2, 3, 4}
 
 
@@ -94,7 +98,7 @@ def test_not_from_our_grammar():
                for it in read_jsonl(DATA_DIR / f)}
     grammar |= {norm(it["text"]) for it in read_jsonl(PACKAGE_DATA / "handwritten.jsonl")}
     lexicon = set(all_word_forms())
-    for path in (AGREEMENT, PRONOUN, PRONOUN2):
+    for path in (AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2):
         items = _items(path)
         assert not {norm(it["text"]) for it in items} & grammar
         words = [w for it in items for w in re.findall(r"[a-z]+", it["text"].lower())]
@@ -110,7 +114,7 @@ def test_answers_are_single_tokens_of_the_builtin_tokenizer():
     from attnviz.builtin.common import Encoded
 
     tok = AutoTokenizer.from_pretrained(str(MODELS_DIR / "agreement"))
-    for path in (AGREEMENT, PRONOUN, PRONOUN2):
+    for path in (AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2):
         items = _items(path)
         enc = Encoded(tok, items)  # raises on a missing/duplicate [MASK] or a word outside the vocabulary
         assert len(enc) == len(items)
@@ -129,11 +133,12 @@ def test_evaluate_command_on_a_builtin_model_matches_the_builtin_scorer(tmp_path
     assert main(["evaluate", "--model", "builtin:agreement", "--set", "real", "--json", str(out), "--missed"]) == 0
     text = capsys.readouterr().out
     assert "### real_agreement" in text and "### real_pronoun" in text and "### real_pronoun2" in text
+    assert "### real_agreement2" in text
     assert "4 attr." in text
     (res,) = json.loads(out.read_text())
     model, tok = E.load(MODELS_DIR / "agreement")
-    assert [s["set"] for s in res["sets"]] == ["real_agreement", "real_pronoun", "real_pronoun2"]
-    for s, path in zip(res["sets"], (AGREEMENT, PRONOUN, PRONOUN2)):
+    assert [s["set"] for s in res["sets"]] == ["real_agreement", "real_agreement2", "real_pronoun", "real_pronoun2"]
+    for s, path in zip(res["sets"], (AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2)):
         items = _items(path)
         ref = E.predict(model, tok, items)
         (task,) = s["tasks"].values()
@@ -161,20 +166,38 @@ def test_evaluate_refuses_an_unknown_set(capsys):
     assert "unknown set 'nonsense'" in capsys.readouterr().err
 
 
-def test_second_pronoun_test_set_is_apart_from_every_other_set():
-    """real_pronoun2 shares no sentence, nor more than half the words of a sentence (the overlap
-    measure of scripts/generate_bios.py, both ways), with the dev sets, the first test sets or the
-    hand-written set, and none of its sentences repeats another's words that closely."""
+@pytest.mark.parametrize("path", [PRONOUN2, AGREEMENT2, DEV_PRONOUN2], ids=["pronoun2", "agreement2", "dev_pronoun2"])
+def test_round_12_sets_are_apart_from_every_other_set(path):
+    """The sets of round 12 share no sentence, nor more than half the words of a sentence (the overlap
+    measure of scripts/generate_bios.py, both ways), with the dev sets, the first test sets, the
+    hand-written set or another round-12 set, and no sentence repeats another's words that closely."""
     def words(t):
         return {w for w in t.lower().split() if re.search(r"[a-z0-9]", w) and w != "[mask]"}
 
-    others = [words(it["text"]) for f in ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl",
-                                          "real_agreement.jsonl", "real_pronoun.jsonl", "handwritten.jsonl")
+    others = [words(it["text"]) for f in ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl",
+                                          "real_pronoun.jsonl", "handwritten.jsonl")
               for it in read_jsonl(PACKAGE_DATA / f)]
-    new = [words(it["text"]) for it in _items(PRONOUN2)]
+    others += [words(it["text"]) for q in (PRONOUN2, AGREEMENT2, DEV_PRONOUN2) if q != path for it in _items(q)]
+    new = [words(it["text"]) for it in _items(path)]
     for k, w in enumerate(new):
         for h in others + new[:k]:
             assert len(w & h) <= 0.5 * min(len(w), len(h)), sorted(w)
+
+
+def test_second_agreement_set_labels():
+    """real_agreement2: the answer is the verb form of the subject's number, 0-4 attractors all
+    present, both styles and both numbers."""
+    items = _items(AGREEMENT2)
+    assert len(items) >= 80
+    for it in items:
+        assert it["task"] == "agreement"
+        pair = _sg_pl(it["answer"], it["wrong"])
+        assert pair is not None, it
+        assert it["subject_number"] == ("sg" if it["answer"] == pair[0] else "pl"), it
+    assert {it["n_attractors"] for it in items} == {0, 1, 2, 3, 4}
+    assert {it["style"] for it in items} == {"plain", "news"}
+    number = Counter(it["subject_number"] for it in items)
+    assert abs(number["sg"] - number["pl"]) <= 0.1 * len(items), number
 
 
 def test_wilson_interval_matches_newcombe_1998():

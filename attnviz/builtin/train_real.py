@@ -182,12 +182,13 @@ def main(argv=None) -> None:
            for t in ("agreement", "pronoun")}
     dev.update(styled_dev)
     from .common import PACKAGE_DATA, read_jsonl
-    for f in ("real_dev_agreement", "real_dev_pronoun"):  # the hand-written dev sets (never the test sets)
+    for f in ("real_dev_agreement", "real_dev_pronoun", "real_dev_pronoun2"):  # the dev sets (never the test sets)
         if (PACKAGE_DATA / f"{f}.jsonl").exists():
             dev[f] = read_jsonl(PACKAGE_DATA / f"{f}.jsonl")
     required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
                 for w in (it["answer"], it["wrong"])}
-    for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl", "handwritten.jsonl"):
+    for f in ("real_agreement.jsonl", "real_agreement2.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl",
+              "handwritten.jsonl"):
         required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
     gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
     styled_texts = [it["text"].replace("[MASK]", it["answer"]) for it in styled[::4]]
