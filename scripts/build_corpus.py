@@ -80,9 +80,28 @@ def write_word_lists(root: Path, names_dir: Path, out: Path) -> dict:
         w = line.split(" ", 1)[0]
         if not line.startswith(" ") and w.isalpha() and w.islower() and len(w) > 2:
             nouns.append(w)
-    for name, words in (("names_male", male), ("names_female", female), ("surnames", surnames), ("nouns", nouns)):
+    verbs = wordnet_verbs(root)
+    for name, words in (("names_male", male), ("names_female", female), ("surnames", surnames), ("nouns", nouns),
+                        ("verbs", verbs)):
         (out / f"{name}.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
-    return {"male": len(male), "female": len(female), "surnames": len(surnames), "nouns": len(nouns)}
+    return {"male": len(male), "female": len(female), "surnames": len(surnames), "nouns": len(nouns),
+            "verbs": len(verbs)}
+
+
+def wordnet_verbs(root: Path) -> list[str]:
+    """WordNet verbs (index.verb) that are mainly verbs: one lowercase word of 3+ letters with at least
+    two verb senses and more verb senses than noun senses (keeps out "beetle", "carpet"); the round-14
+    real-style agreement items draw their lexical verbs from these (attnviz/builtin/real_style.py)."""
+    def senses(f):
+        out = {}
+        for line in Path(root, "usr/share/wordnet", f).read_text(encoding="latin-1").splitlines():
+            p = line.split()
+            if line.startswith(" ") or len(p) < 3 or not (p[0].isalpha() and p[0].islower() and len(p[0]) > 2):
+                continue
+            out[p[0]] = int(p[2])
+        return out
+    verbs, nouns = senses("index.verb"), senses("index.noun")
+    return sorted(v for v, n in verbs.items() if n >= 2 and n > nouns.get(v, 0))
 
 
 def clean(s: str) -> str | None:
@@ -161,7 +180,7 @@ def main(argv=None) -> None:
         f"- wordnet-base (WordNet licence): {len(wn)} sentences/glosses before deduplication\n"
         f"- fortunes, fortunes-min (BSD-style): {len(fo)} sentences before deduplication\n"
         f"- names 0.3.0 (PyPI, MIT): {lists['male']} male and {lists['female']} female first names "
-        f"(a name on both lists kept for the sex with 10x its frequency), {lists['surnames']} surnames; WordNet index.noun: {lists['nouns']} nouns\n\n"
+        f"(a name on both lists kept for the sex with 10x its frequency), {lists['surnames']} surnames; WordNet index.noun: {lists['nouns']} nouns; index.verb: {lists['verbs']} verbs (verbs.txt: mainly verbs, two or more senses)\n\n"
         f"Training: {len(sents) - n_held} sentences, {n_words} words; held out: {n_held}.\n",
         encoding="utf-8")
     print(f"{len(sents) - n_held} training sentences ({n_words} words), {n_held} held out -> {out}")

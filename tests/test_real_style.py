@@ -406,3 +406,50 @@ def test_sexed_contrast_option(tmp_path, seed):
         assert it["n_attractors"] >= 1
     with pytest.raises(ValueError):
         R.load_lists(corpus, sexed_contrast=-0.1)
+
+
+# --- round 14: lexical verbs and their tails from corpus sentences ---
+
+def test_verb_frames_read_finite_verbs_and_their_number():
+    """verb_frames_from_corpus: a verb form counts after he / she / it (3rd singular), they (plural) or a
+    determiner and a noun of its number; a next word that is an auxiliary, "of" or another verb rules it out
+    (the form is a noun there), and so does a tail with a pronoun of a person or a finite verb of its own;
+    both forms must be words of the vocabulary. Read back with plain lists."""
+    sents = ["the river flows into the sea .", "it flows north .", "the wheels turn slowly .",
+             "they turn left .", "the disk drives lie end-to-end .", "the bus stops are far apart .",
+             "she runs her shop .", "the dog runs and barks .", "the dog runs fast .",
+             "the cats sleep all day .", "he sleeps .", "the plans of the city are old ."]
+    verbs = ["flow", "turn", "drive", "lie", "stop", "run", "sleep", "bark", "plan"]
+    frames = dict(R.verb_frames_from_corpus(sents, verbs, ["river", "wheel", "disk", "bus", "dog", "cat", "city"]))
+    assert frames == {"flow": ["into the sea .", "north ."], "turn": ["left .", "slowly ."], "run": ["fast ."],
+                      "sleep": [".", "all day ."]}
+    # "he sleeps ." gives the bare full stop; "the disk drives lie": drives is a noun; "she runs her shop": a
+    # person's pronoun; "the dog runs and barks": a finite verb of its own; "the plans of": "of" follows
+    vocab = {"flow", "flows", "turn", "turns", "run"}  # "runs" missing: run is left out
+    assert sorted(dict(R.verb_frames_from_corpus(sents, verbs, ["river", "wheel", "dog", "cat"], vocab))) == ["flow", "turn"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_verb_frames_option(tmp_path, seed):
+    """load_lists(verb_frames=r) (train_real --verb-frames r): about a share r of the agreement items end in a
+    corpus verb and its tail; the answer is that verb in the subject's number (subject_number, which the
+    frame items share with the item they replace), the wrong word the other number; r = 0 draws the
+    agreement items unchanged; without verbs.txt a clear error."""
+    corpus = _tiny_corpus(tmp_path)
+    with open(corpus / "sentences.txt", "a") as f:
+        f.write("it stands on a hill .\nthe towers stand near the sea .\nit remains open .\n")
+    (corpus / "verbs.txt").write_text("stand\nremain\n")
+    off = R.items("agreement", 400, R.load_lists(corpus), seed)
+    assert R.items("agreement", 400, R.load_lists(corpus, verb_frames=0.0), seed) == off
+    items = R.items("agreement", 400, R.load_lists(corpus, verb_frames=0.5), seed)
+    frames = [it for it in items if it.get("verb") == "frame"]
+    assert 0.35 < len(frames) / len(items) < 0.65
+    forms = {"sg": {"stands", "remains"}, "pl": {"stand", "remain"}}
+    for it in frames:
+        assert it["answer"] in forms[it["subject_number"]], it
+        assert it["wrong"] in forms["pl" if it["subject_number"] == "sg" else "sg"], it
+        assert it["text"].endswith(("on a hill .", "near the sea .", "open .")), it
+        assert it["construction"].endswith("_frame") and it["text"].count("[MASK]") == 1
+    (corpus / "verbs.txt").unlink()
+    with pytest.raises(FileNotFoundError):
+        R.load_lists(corpus, verb_frames=0.5)

@@ -18,7 +18,10 @@ Two tasks, labelled by construction (the label is a rule of the frame, not a mod
   common noun of the other sex right after the subject, in an object relative clause ("the countess ,
   whom the king had met in paris , ..."), where it is not the subject.
 - agreement: a subject noun phrase with 0-4 attractors (nouns of the other number in stacked
-  prepositional phrases and relative clauses) before the verb; the verb agrees with the head.
+  prepositional phrases and relative clauses) before the verb; the verb agrees with the head. With
+  `load_lists(..., verb_frames=r)` (round 14) a share r of them end instead in a verb and its tail
+  taken from a corpus sentence ("... [MASK] into the Kanawha River ." -> empties / empty): ~300
+  lexical verbs (WordNet verbs, corpus/verbs.txt) instead of the frames' ~60.
 
 `items(task, n, lists, seed)` -> [{"text", "answer", "wrong", "task", "construction",
 "n_attractors", "source": "styled"}]. `lists` comes from `load_lists(corpus_dir)` (the word lists
@@ -147,6 +150,10 @@ class Lists:
     # of the other sex right after the subject, where it is not the subject ("the countess , whom the king
     # had met in paris , ..."): the contrast to gendered_appos's cue; 0 = no such item, draw for draw
     sexed_contrast: float = 0.0
+    # round 14: (base form, [tails]) of lexical verbs seen finite in the corpus, and the share of the
+    # agreement items that end in one of them (verb_frames_from_corpus); empty = no such item, draw for draw
+    verb_frames: list = field(default_factory=list)
+    frame_share: float = 0.0
 
 
 EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
@@ -163,7 +170,8 @@ def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
 
 
 def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False,
-               common_names: bool = False, gendered_appos: float = 0.0, sexed_contrast: float = 0.0) -> Lists:
+               common_names: bool = False, gendered_appos: float = 0.0, sexed_contrast: float = 0.0,
+               verb_frames: float = 0.0, vocab=None) -> Lists:
     corpus = Path(corpus)
     read = lambda name: (corpus / name).read_text(encoding="utf-8").split()  # noqa: E731
     # a noun is a WordNet noun seen after "the" (singular) and its plural seen after "the" too: that
@@ -178,11 +186,80 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
     if extra_names and common_names:
         raise ValueError("extra_names and common_names are two lists for the same draw: pick one")
     extra = read_extra_names() if extra_names else read_extra_names(COMMON_NAMES) if common_names else ([], [])
-    for name, v in (("gendered_appos", gendered_appos), ("sexed_contrast", sexed_contrast)):
+    for name, v in (("gendered_appos", gendered_appos), ("sexed_contrast", sexed_contrast),
+                    ("verb_frames", verb_frames)):
         if not 0.0 <= v <= 1.0:
-            raise ValueError(f"{name} is a share of the singular pronoun items: 0..1, not {v}")
+            raise ValueError(f"{name} is a share of the items: 0..1, not {v}")
+    frames = []
+    if verb_frames:
+        sentences = (corpus / "sentences.txt").read_text(encoding="utf-8").splitlines()
+        frames = verb_frames_from_corpus(sentences, read("verbs.txt"), nouns, vocab)
     return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra,
-                 gendered_appos=gendered_appos, sexed_contrast=sexed_contrast)
+                 gendered_appos=gendered_appos, sexed_contrast=sexed_contrast, verb_frames=frames,
+                 frame_share=verb_frames)
+
+
+# round 14: lexical verbs in the corpus. A verb form counts as finite, and its number as known, right
+# after he / she / it (3rd singular) or they (plural), or after a determiner and a noun of the same
+# number ("the drug produces", "the wheels make"); a next word that is an auxiliary or "of" rules the
+# hit out ("the bus stops are"), and so does a next word that is one of the verbs ("the disk drives lie").
+# The tail is the rest of the sentence, kept when it has 1-12 words, ends a sentence, has no pronoun of a
+# person (so that no item says "his" or "her" about a random subject), no verb form that agrees with a
+# subject of its own (is, has, a 3rd-singular form of the list: "... and rejects nothing") and no quotes,
+# brackets, colons or semicolons.
+_DET_SG = {"the", "a", "an", "this", "that", "each", "every", "its", "no"}
+_DET_PL = {"the", "these", "those", "many", "some", "all", "most", "both", "two", "three", "four", "few",
+           "several", "no", "other"}
+_NOT_AFTER = {"is", "are", "was", "were", "has", "have", "will", "would", "can", "could", "should", "may",
+              "might", "must", "of", "'s"}
+_FINITE = {"is", "are", "was", "were", "has", "have", "does", "do"}  # a tail with a finite verb of its own
+_PERSON_PRONOUNS = {"he", "she", "him", "her", "his", "hers", "they", "them", "their", "theirs", "himself",
+                    "herself", "themselves", "i", "me", "my", "we", "us", "our", "you", "your"}
+
+
+def verb_frames_from_corpus(sentences: list[str], verbs: list[str], nouns_sg: list[str], vocab=None) -> list:
+    """[(base form, sorted tails)] of the verbs of `verbs` whose base and 3rd-singular forms are both
+    single words of `vocab` (any when None), other than be / have, seen finite in `sentences`."""
+    keep = [v for v in verbs if v not in ("be", "have") and (vocab is None or (v in vocab and L.third_singular(v) in vocab))]
+    sg3 = {L.third_singular(v): v for v in keep}
+    every_sg3 = {L.third_singular(v) for v in verbs} | {"itself"}
+    base = set(keep)
+    nsg = set(nouns_sg)
+    npl = {L.plural(n) for n in nsg} - nsg
+    tails = collections.defaultdict(set)
+    for s in sentences:
+        w = s.split()
+        lw = [x.lower() for x in w]
+        for i in range(1, len(w) - 1):
+            if lw[i + 1] in _NOT_AFTER or lw[i + 1] in sg3 or lw[i + 1] in base:  # "the disk drives lie": a noun
+                continue
+            prev, prev2 = lw[i - 1], (lw[i - 2] if i >= 2 else "")
+            verb = None
+            if lw[i] in sg3 and (prev in ("he", "she", "it") or (prev in nsg and prev2 in _DET_SG)):
+                verb = sg3[lw[i]]
+            elif lw[i] in base and (prev == "they" or (prev in npl and prev2 in _DET_PL)):
+                verb = lw[i]
+            if verb is None:
+                continue
+            tail = w[i + 1:]
+            if 1 <= len(tail) <= 12 and (tail[-1] in (".", "!", "?") or re.search(r"\w[.!?]$", tail[-1])) \
+                    and not re.search(r"[\"();:\[\]]", " ".join(tail)) \
+                    and not (_PERSON_PRONOUNS | _FINITE | every_sg3) & {re.sub(r"\W", "", t.lower()) for t in tail}:
+                t = " ".join(tail)
+                t = re.sub(r"(\w)([.!?])$", r"\1 \2", t)
+                tails[verb].add(t)
+    return [(v, sorted(t)) for v, t in sorted(tails.items())]
+
+
+def frame_agreement_item(rng, lists: Lists, item: dict) -> dict:
+    """An agreement item whose predicate is replaced by a corpus verb and its tail (round 14)."""
+    verb, tails = rng.choice(lists.verb_frames)
+    subject = item["text"].split(" [MASK] ")[0]
+    sg, pl = L.third_singular(verb), verb
+    answer, wrong = (sg, pl) if item["subject_number"] == "sg" else (pl, sg)
+    text = " ".join(f"{subject} [MASK] {rng.choice(tails)}".split())
+    return dict(item, text=text, answer=answer, wrong=wrong, construction=item["construction"] + "_frame",
+                verb="frame")
 
 
 # round 11: object relative clauses whose own subject is a sexed common noun of the other sex
@@ -740,8 +817,12 @@ NEWS_SHARE = 0.65  # share of the agreement items made by news_agreement_item (t
 
 def agreement_item(rng, lists: Lists) -> dict:
     if rng.random() < NEWS_SHARE:
-        return news_agreement_item(rng, lists)
-    return stacked_agreement_item(rng, lists)
+        item = news_agreement_item(rng, lists)
+    else:
+        item = stacked_agreement_item(rng, lists)
+    if lists.verb_frames and rng.random() < lists.frame_share:  # round 14; no draw at all when off
+        item = frame_agreement_item(rng, lists, item)
+    return item
 
 
 def items(task: str, n: int, lists: Lists, seed: int) -> list:

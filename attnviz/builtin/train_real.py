@@ -106,6 +106,10 @@ def main(argv=None) -> None:
                     help="round 11: this share (0..1) of the singular real-style pronoun items with distractors put "
                          "a sexed common noun of the other sex right after the subject, in an object relative "
                          "clause ('the countess , whom the king had met , ...'); 0 = no such item")
+    ap.add_argument("--verb-frames", type=float, default=0.0, metavar="SHARE",
+                    help="round 14: this share (0..1) of the real-style agreement items end in a lexical verb and "
+                         "its tail from a corpus sentence (WordNet verbs seen finite in the corpus, both forms one "
+                         "token of the tokenizer), ~300 verbs instead of the frames' ~60; 0 = no such item")
     ap.add_argument("--common-names", action="store_true",
                     help="real-style pronoun items also draw first names from the shorter list of common "
                          "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
@@ -131,7 +135,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.extra_names and args.common_names:
         ap.error("--extra-names and --common-names: pick one")
-    for flag, v in (("--gendered-appos", args.gendered_appos), ("--sexed-contrast", args.sexed_contrast)):
+    for flag, v in (("--gendered-appos", args.gendered_appos), ("--sexed-contrast", args.sexed_contrast),
+                    ("--verb-frames", args.verb_frames)):
         if not 0.0 <= v <= 1.0:
             ap.error(f"{flag} is a share: 0..1, not {v}")
     if args.generated:
@@ -167,10 +172,15 @@ def main(argv=None) -> None:
     styled, styled_dev = [], {}
     if n_styled:
         from . import real_style
+        vocab = None
+        if args.verb_frames and args.tokenizer:  # both verb forms must be whole tokens of the tokenizer reused
+            from transformers import BertTokenizerFast
+            vocab = set(BertTokenizerFast.from_pretrained(args.tokenizer, trust_remote_code=False).get_vocab())
         try:
             lists = real_style.load_lists(Path(args.corpus), extra_names=args.extra_names,
                                           common_names=args.common_names, gendered_appos=args.gendered_appos,
-                                          sexed_contrast=args.sexed_contrast)
+                                          sexed_contrast=args.sexed_contrast, verb_frames=args.verb_frames,
+                                          vocab=vocab)
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
                              "python scripts/build_corpus.py --out " + args.corpus) from None
@@ -290,7 +300,7 @@ def main(argv=None) -> None:
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
             "extra_names": args.extra_names, "common_names": args.common_names, "gendered_appos": args.gendered_appos,
-            "sexed_contrast": args.sexed_contrast,
+            "sexed_contrast": args.sexed_contrast, "verb_frames": args.verb_frames,
             "hidden": args.hidden or MODEL_CONFIG["hidden_size"],
             "generated": args.generated, "generated_share": args.generated_share if args.generated else 0.0,
             "n_generated_items": len(generated),
