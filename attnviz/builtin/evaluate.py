@@ -152,14 +152,6 @@ def evaluate_model(folder: Path) -> dict:
     return res
 
 
-def _real_acc(r: dict, task: str, dev: bool = False):
-    """Accuracy on the first real set (test or dev) of a task: real_agreement / real_pronoun."""
-    for s in r.get("real", {}).get("sets", []):
-        if task in s["tasks"] and s["set"].startswith("real_dev_") == dev:
-            return s["tasks"][task]["all"]["acc"]
-    return None
-
-
 def _set_counts(r: dict, name: str, task: str) -> tuple[int, int] | None:
     """(items right, items scored) of one real set, by its file stem, or None."""
     for s in r.get("real", {}).get("sets", []):
@@ -174,15 +166,12 @@ def _share(r: dict, name: str, task: str) -> float | None:
     return c[0] / c[1] if c else None
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson score interval of a proportion k / n (95 % by default)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    d = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / d
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (float(mid - half), float(mid + half))
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a proportion k / n (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 REAL_SETS_NOTE = (
@@ -248,18 +237,16 @@ def summary_table(results: list[dict]) -> list[str]:
         + ". Top-1 over the vocabulary, agreement / pronoun: " + "; ".join(
         f"{r['name']} {_pct(r['agreement']['all']['top1'])} / {_pct(r['pronoun']['all']['top1'])}" for r in results)
         + "."]
-    rows += ["", "Real sentences, test sets (accuracy, %; 1: the first sets, 2: round 12's, written after "
-             "training and never tuned on):", "",
-             "| model | agreement 1 | agreement 2 | pronoun 1 | pronoun 2 |", "|---|---:|---:|---:|---:|"]
-    for r in results:
-        rows.append(f"| {r['name']} | {_pct(_real_acc(r, 'agreement'))} | {_pct(_share(r, 'real_agreement2', 'agreement'))} "
-                    f"| {_pct(_real_acc(r, 'pronoun'))} | {_pct(_share(r, 'real_pronoun2', 'pronoun'))} |")
-    rows += ["", "Real sentences, dev sets (accuracy, %; 1: tuned on in rounds 3-11, 2: written in rounds 12 and 14):", "",
-             "| model | agreement 1 | agreement 2 | pronoun 1 | pronoun 2 |", "|---|---:|---:|---:|---:|"]
-    for r in results:
-        rows.append(f"| {r['name']} | {_pct(_real_acc(r, 'agreement', dev=True))} "
-                    f"| {_pct(_share(r, 'real_dev_agreement2', 'agreement'))} "
-                    f"| {_pct(_real_acc(r, 'pronoun', dev=True))} | {_pct(_share(r, 'real_dev_pronoun2', 'pronoun'))} |")
+    for title, prefix in (("test sets (accuracy, %; 1: the first sets, 2: round 12's, written after training and "
+                           "never tuned on)", "real_"),
+                          ("dev sets (accuracy, %; 1: tuned on in rounds 3-11, 2: written in rounds 12 and 14)",
+                           "real_dev_")):
+        rows += ["", f"Real sentences, {title}:", "",
+                 "| model | agreement 1 | agreement 2 | pronoun 1 | pronoun 2 |", "|---|---:|---:|---:|---:|"]
+        for r in results:
+            rows.append(f"| {r['name']} | " + " | ".join(
+                _pct(_share(r, f"{prefix}{task}{k}", task))
+                for task in ("agreement", "pronoun") for k in ("", "2")) + " |")
     return rows
 
 
