@@ -453,3 +453,37 @@ def test_verb_frames_option(tmp_path, seed):
     (corpus / "verbs.txt").unlink()
     with pytest.raises(FileNotFoundError):
         R.load_lists(corpus, verb_frames=0.5)
+
+
+# --- round 16: more nouns whose meaning gives the sex ---
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_more_sexed_option(tmp_path, seed):
+    """load_lists(more_sexed=q) (train_real --more-sexed q): a person's "the (adjective) noun" now and then
+    takes one of MALE_MORE / FEMALE_MORE ("the widow", "the bridegroom"). Read back with plain rules: in the
+    items with no distractor whose subject is "the [adjective] NOUN" with NOUN on one of the new lists, the
+    answer is his for the male list and her for the female one; q = 0 draws the items of the generator
+    without the option, item for item, and no new noun."""
+    corpus = _tiny_corpus(tmp_path)
+    new = set(R.MALE_MORE) | set(R.FEMALE_MORE)
+    assert not set(R.MALE_MORE) & set(R.FEMALE_MORE)
+    assert not new & ({w for p in L.GENDERED_PAIRS for w in p} | set(R.MALE_TITLES) | set(R.FEMALE_TITLES))  # not repeated
+    assert {"widow", "bridegroom", "widower", "spinster"} <= new
+    base = R.items("pronoun", 600, R.load_lists(corpus), seed)
+    assert R.items("pronoun", 600, R.load_lists(corpus, more_sexed=0.0), seed) == base
+    words = lambda its: {w for it in its for w in it["text"].lower().split()}  # noqa: E731
+    assert not words(base) & new
+    items = R.items("pronoun", 3000, R.load_lists(corpus, more_sexed=0.5), seed)
+    checked = 0
+    for it in items:
+        w = it["text"].lower().split()
+        if it["n_attractors"] or it["answer"] == "their" or w[0] != "the":
+            continue
+        noun = w[1] if w[1] in new else w[2] if w[2] in new else None
+        if noun and w[w.index("[mask]") - 1] not in ("and",):
+            assert it["answer"] == ("his" if noun in R.MALE_MORE else "her"), it
+            checked += 1
+    assert checked >= 20
+    assert len(words(items) & new) >= 40
+    with pytest.raises(ValueError):
+        R.load_lists(corpus, more_sexed=1.5)

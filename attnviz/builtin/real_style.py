@@ -154,6 +154,9 @@ class Lists:
     # agreement items that end in one of them (verb_frames_from_corpus); empty = no such item, draw for draw
     verb_frames: list = field(default_factory=list)
     frame_share: float = 0.0
+    # round 16: the share of a person's "the (adjective) noun" draws that take MALE_MORE / FEMALE_MORE's nouns
+    # ("the widow", "the bridegroom") instead of lexicon.GENDERED_PAIRS'; 0 = no such draw, draw for draw
+    more_sexed: float = 0.0
 
 
 EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
@@ -171,7 +174,7 @@ def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
 
 def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool = False,
                common_names: bool = False, gendered_appos: float = 0.0, sexed_contrast: float = 0.0,
-               verb_frames: float = 0.0, vocab=None) -> Lists:
+               verb_frames: float = 0.0, more_sexed: float = 0.0, vocab=None) -> Lists:
     corpus = Path(corpus)
     read = lambda name: (corpus / name).read_text(encoding="utf-8").split()  # noqa: E731
     # a noun is a WordNet noun seen after "the" (singular) and its plural seen after "the" too: that
@@ -187,7 +190,7 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
         raise ValueError("extra_names and common_names are two lists for the same draw: pick one")
     extra = read_extra_names() if extra_names else read_extra_names(COMMON_NAMES) if common_names else ([], [])
     for name, v in (("gendered_appos", gendered_appos), ("sexed_contrast", sexed_contrast),
-                    ("verb_frames", verb_frames)):
+                    ("verb_frames", verb_frames), ("more_sexed", more_sexed)):
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{name} is a share of the items: 0..1, not {v}")
     frames = []
@@ -196,7 +199,7 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
         frames = verb_frames_from_corpus(sentences, read("verbs.txt"), nouns, vocab)
     return Lists(read("names_male.txt"), read("names_female.txt"), read("surnames.txt"), nouns, *extra,
                  gendered_appos=gendered_appos, sexed_contrast=sexed_contrast, verb_frames=frames,
-                 frame_share=verb_frames)
+                 frame_share=verb_frames, more_sexed=more_sexed)
 
 
 # round 14: lexical verbs in the corpus. A verb form counts as finite, and its number as known, right
@@ -283,6 +286,20 @@ def _sexed_contrast(rng, lists: Lists, subj: str, other: str, k: int, vp: str) -
 SEXED_OF = [("son", "daughter"), ("younger brother", "younger sister"), ("elder brother", "elder sister"),
             ("husband", "wife"), ("widower", "widow"), ("father", "mother"), ("nephew", "niece"),
             ("grandson", "granddaughter"), ("uncle", "aunt"), ("stepson", "stepdaughter"), ("fiance", "fiancee")]
+# round 16: more nouns whose meaning gives the sex, beside lexicon.GENDERED_PAIRS' 36 pairs (not repeated
+# here), for a real-style person's "the (adjective) noun": only words whose ordinary senses are all of one
+# sex ("widow", "bridegroom"), not words for a role that people of either sex have ("priest", "heir",
+# "chairman", "poet", "nurse"): that would teach a stereotype, not a meaning
+MALE_MORE = """widower bridegroom fiance bachelor count earl viscount marquis archduke sultan tsar maharaja
+    friar patriarch godfather godson stepson stepbrother sportsman horseman salesman nobleman kinsman
+    congressman sorcerer manservant masseur schoolmaster postman househusband cowboy father-in-law son-in-law
+    brother-in-law great-uncle grandnephew sheikh emir""".split()
+FEMALE_MORE = """widow fiancee spinster countess viscountess marchioness archduchess sultana tsarina
+    maharani priestess prioress matriarch godmother goddaughter stepdaughter stepsister sportswoman
+    chairwoman spokeswoman horsewoman saleswoman noblewoman kinswoman congresswoman sorceress heiress maidservant
+    masseuse schoolmistress postmistress housewife cowgirl mother-in-law daughter-in-law sister-in-law
+    great-aunt grandniece poetess seamstress sheikha begum gentlewoman maiden damsel matron dowager debutante
+    ballerina""".split()
 SEXED_TITLES = [("king", "queen"), ("prince", "princess"), ("duke", "duchess"), ("emperor", "empress")]
 SEXED_ROLES = [("actor", "actress"), ("monk", "nun"), ("businessman", "businesswoman"), ("policeman", "policewoman"),
                ("schoolboy", "schoolgirl"), ("waiter", "waitress"), ("headmaster", "headmistress"),
@@ -323,8 +340,10 @@ def _person(rng, lists: Lists, sex: str) -> str:
     if r < 0.65:
         title = rng.choice(MALE_TITLES if sex == "m" else FEMALE_TITLES)
         return title + " " + rng.choice([rng.choice(names), rng.choice(lists.surnames), rng.choice(names) + " " + rng.choice(lists.surnames)])
-    pairs = L.GENDERED_PAIRS
-    noun = rng.choice(pairs)[0 if sex == "m" else 1]
+    if lists.more_sexed and rng.random() < lists.more_sexed:  # no draw at 0: the round-3 items unchanged
+        noun = rng.choice(MALE_MORE if sex == "m" else FEMALE_MORE)
+    else:
+        noun = rng.choice(L.GENDERED_PAIRS)[0 if sex == "m" else 1]
     adj = rng.choice(L.ADJECTIVES) + " " if rng.random() < 0.3 else ""
     return "the " + adj + noun
 

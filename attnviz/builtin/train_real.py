@@ -110,6 +110,10 @@ def main(argv=None) -> None:
                     help="round 14: this share (0..1) of the real-style agreement items end in a lexical verb and "
                          "its tail from a corpus sentence (WordNet verbs seen finite in the corpus, both forms one "
                          "token of the tokenizer: 189 with the built-in one), instead of the frames' ~60; 0 = no such item")
+    ap.add_argument("--more-sexed", type=float, default=0.0, metavar="SHARE",
+                    help="round 16: this share (0..1) of a real-style person's 'the (adjective) noun' draws take a "
+                         "noun from real_style.MALE_MORE / FEMALE_MORE (38 + 49 nouns whose meaning gives the sex: "
+                         "'the widow', 'the bridegroom') instead of the grammar's 36 pairs; 0 = no such draw")
     ap.add_argument("--common-names", action="store_true",
                     help="real-style pronoun items also draw first names from the shorter list of common "
                          "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
@@ -136,7 +140,7 @@ def main(argv=None) -> None:
     if args.extra_names and args.common_names:
         ap.error("--extra-names and --common-names: pick one")
     for flag, v in (("--gendered-appos", args.gendered_appos), ("--sexed-contrast", args.sexed_contrast),
-                    ("--verb-frames", args.verb_frames)):
+                    ("--verb-frames", args.verb_frames), ("--more-sexed", args.more_sexed)):
         if not 0.0 <= v <= 1.0:
             ap.error(f"{flag} is a share: 0..1, not {v}")
     if args.generated:
@@ -180,7 +184,7 @@ def main(argv=None) -> None:
             lists = real_style.load_lists(Path(args.corpus), extra_names=args.extra_names,
                                           common_names=args.common_names, gendered_appos=args.gendered_appos,
                                           sexed_contrast=args.sexed_contrast, verb_frames=args.verb_frames,
-                                          vocab=vocab)
+                                          more_sexed=args.more_sexed, vocab=vocab)
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
                              "python scripts/build_corpus.py --out " + args.corpus) from None
@@ -300,7 +304,7 @@ def main(argv=None) -> None:
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,
             "extra_names": args.extra_names, "common_names": args.common_names, "gendered_appos": args.gendered_appos,
-            "sexed_contrast": args.sexed_contrast, "verb_frames": args.verb_frames,
+            "sexed_contrast": args.sexed_contrast, "verb_frames": args.verb_frames, "more_sexed": args.more_sexed,
             "hidden": args.hidden or MODEL_CONFIG["hidden_size"],
             "generated": args.generated, "generated_share": args.generated_share if args.generated else 0.0,
             "n_generated_items": len(generated),
