@@ -255,7 +255,7 @@ def real_section(r: dict, level: str = "###") -> list[str]:
     if not r.get("real") or not r["real"].get("sets"):
         return []
     body = spec_report(r["real"]).split("\n")
-    body = [re.sub(r"^### (real_dev_\w+2) ", lambda m: f"{level} Real sentences, fresh dev set (rounds 12-16): "
+    body = [re.sub(r"^### (real_dev_\w+2) ", lambda m: f"{level} Real sentences, fresh dev set (rounds 12-17): "
                    f"{m.group(1)} ", ln)
             .replace("### real_dev_", f"{level} Real sentences, dev set (tuned on): real_dev_")
             .replace("### real_", f"{level} Real sentences: real_") for ln in body[4:]]  # drop the model header
