@@ -208,3 +208,24 @@ def test_wilson_interval_matches_newcombe_1998():
                              (0, 20): (0.0, 0.1611), (1, 29): (0.0061, 0.1718)}.items():
         got = wilson(k, n)
         assert got[0] == pytest.approx(lo, abs=6e-5) and got[1] == pytest.approx(hi, abs=6e-5), (k, n, got)
+
+
+def test_scoring_items_needs_no_plotting_library():
+    """evaluate.score_items (what train_real's evaluation, the round scripts and `attnviz evaluate` use)
+    runs where plotly is missing (a bare GPU machine, a training box): plotly made unimportable in a fresh
+    interpreter, one built-in model scores the 131-item fresh agreement dev set, every item scored."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['plotly'] = None\n"
+            "import attnviz\n"
+            "from attnviz.builtin.evaluate import score_items\n"
+            "from attnviz.builtin.common import PACKAGE_DATA, read_jsonl\n"
+            "items = read_jsonl(PACKAGE_DATA / 'real_dev_agreement2.jsonl')\n"
+            "preds, skipped = score_items(attnviz.load_model('builtin:agreement'), items)\n"
+            "assert not skipped and len(preds) == len(items) == 131\n"
+            "assert 'plotly' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
+            "print('right', sum(p['correct'] for p in preds))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    right = int(run.stdout.split("right")[-1])
+    assert 100 <= right <= 131
