@@ -185,7 +185,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_dev_overlap import DATA, words  # noqa: E402  (the overlap measure, one definition)
 
 HELD = ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl", "real_pronoun.jsonl",
-        "real_pronoun2.jsonl", "real_agreement2.jsonl", "real_dev_pronoun2.jsonl", "handwritten.jsonl")
+        "real_pronoun2.jsonl", "real_agreement2.jsonl", "real_dev_pronoun2.jsonl", "real_dev_agreement2.jsonl",
+        "real_dev_pronoun3.jsonl", "handwritten.jsonl")
 
 
 def held_out_words() -> list[set]:

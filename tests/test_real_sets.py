@@ -16,6 +16,7 @@ PRONOUN = PACKAGE_DATA / "real_pronoun.jsonl"
 AGREEMENT2 = PACKAGE_DATA / "real_agreement2.jsonl"   # issue #16 round 12: second test sets, written by other
 PRONOUN2 = PACKAGE_DATA / "real_pronoun2.jsonl"       # hands after the models were trained
 DEV_PRONOUN2 = PACKAGE_DATA / "real_dev_pronoun2.jsonl"  # round 12: a fresh dev set
+DEV_PRONOUN3 = PACKAGE_DATA / "real_dev_pronoun3.jsonl"  # round 18: a third one, for later rounds
 VERB_PAIRS = {("is", "are"), ("was", "were"), ("has", "have")}
 FIELDS = {"text", "answer", "wrong", "task", "construction", "n_attractors"}
 
@@ -33,8 +34,8 @@ def _sg_pl(a, b):
     return None
 
 
-@pytest.mark.parametrize("path", [AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2],
-                         ids=["agreement", "agreement2", "pronoun", "pronoun2", "dev_pronoun2"])
+@pytest.mark.parametrize("path", [AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2, DEV_PRONOUN3],
+                         ids=["agreement", "agreement2", "pronoun", "pronoun2", "dev_pronoun2", "dev_pronoun3"])
 def test_items_are_well_formed(path):
     items = _items(path)
     texts = [it["text"] for it in items]
@@ -73,8 +74,8 @@ def test_agreement_set_balance_and_labels():
     assert all(styles["news", k] >= 10 for k in range(5)), styles  # news style spans 0-4 attractors too
 
 
-@pytest.mark.parametrize("path,least", [(PRONOUN, 60), (PRONOUN2, 240), (DEV_PRONOUN2, 100)],
-                         ids=["pronoun", "pronoun2", "dev_pronoun2"])
+@pytest.mark.parametrize("path,least", [(PRONOUN, 60), (PRONOUN2, 240), (DEV_PRONOUN2, 100), (DEV_PRONOUN3, 100)],
+                         ids=["pronoun", "pronoun2", "dev_pronoun2", "dev_pronoun3"])
 def test_pronoun_set_balance_and_labels(path, least):
     items = _items(path)
     assert len(items) >= least
@@ -166,18 +167,20 @@ def test_evaluate_refuses_an_unknown_set(capsys):
     assert "unknown set 'nonsense'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("path", [PRONOUN2, AGREEMENT2, DEV_PRONOUN2], ids=["pronoun2", "agreement2", "dev_pronoun2"])
+@pytest.mark.parametrize("path", [PRONOUN2, AGREEMENT2, DEV_PRONOUN2, DEV_PRONOUN3],
+                         ids=["pronoun2", "agreement2", "dev_pronoun2", "dev_pronoun3"])
 def test_round_12_sets_are_apart_from_every_other_set(path):
-    """The sets of round 12 share no sentence, nor more than half the words of a sentence (the overlap
+    """The sets of rounds 12 and 18 share no sentence, nor more than half the words of a sentence (the overlap
     measure of scripts/generate_bios.py, both ways), with the dev sets, the first test sets, the
-    hand-written set or another round-12 set, and no sentence repeats another's words that closely."""
+    hand-written set or another of these sets, and no sentence repeats another's words that closely."""
     def words(t):
         return {w for w in t.lower().split() if re.search(r"[a-z0-9]", w) and w != "[mask]"}
 
     others = [words(it["text"]) for f in ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl",
                                           "real_pronoun.jsonl", "handwritten.jsonl")
               for it in read_jsonl(PACKAGE_DATA / f)]
-    others += [words(it["text"]) for q in (PRONOUN2, AGREEMENT2, DEV_PRONOUN2) if q != path for it in _items(q)]
+    others += [words(it["text"]) for q in (PRONOUN2, AGREEMENT2, DEV_PRONOUN2, DEV_PRONOUN3) if q != path
+               for it in _items(q)]
     new = [words(it["text"]) for it in _items(path)]
     for k, w in enumerate(new):
         for h in others + new[:k]:

@@ -257,6 +257,8 @@ def real_section(r: dict, level: str = "###") -> list[str]:
     body = spec_report(r["real"]).split("\n")
     body = [re.sub(r"^### (real_dev_\w+2) ", lambda m: f"{level} Real sentences, fresh dev set (rounds 12-17): "
                    f"{m.group(1)} ", ln)
+            .replace("### real_dev_pronoun3 ", f"{level} Real sentences, third dev set (round 18, misses not read): "
+                     "real_dev_pronoun3 ")
             .replace("### real_dev_", f"{level} Real sentences, dev set (tuned on): real_dev_")
             .replace("### real_", f"{level} Real sentences: real_") for ln in body[4:]]  # drop the model header
     return body
@@ -518,9 +520,10 @@ REAL_DEV_AGREEMENT = PACKAGE_DATA / "real_dev_agreement.jsonl"
 REAL_DEV_PRONOUN = PACKAGE_DATA / "real_dev_pronoun.jsonl"
 REAL_DEV_AGREEMENT2 = PACKAGE_DATA / "real_dev_agreement2.jsonl"  # fresh dev sets for later rounds (round 12
 REAL_DEV_PRONOUN2 = PACKAGE_DATA / "real_dev_pronoun2.jsonl"      # and 14), never read for the test sets
+REAL_DEV_PRONOUN3 = PACKAGE_DATA / "real_dev_pronoun3.jsonl"      # round 18: for later rounds, misses never read
 SETS = {
     "real": [REAL_AGREEMENT, REAL_AGREEMENT2, REAL_PRONOUN, REAL_PRONOUN2],
-    "real-dev": [REAL_DEV_AGREEMENT, REAL_DEV_AGREEMENT2, REAL_DEV_PRONOUN, REAL_DEV_PRONOUN2],
+    "real-dev": [REAL_DEV_AGREEMENT, REAL_DEV_AGREEMENT2, REAL_DEV_PRONOUN, REAL_DEV_PRONOUN2, REAL_DEV_PRONOUN3],
     "real-agreement": [REAL_AGREEMENT, REAL_AGREEMENT2],
     "real-pronoun": [REAL_PRONOUN, REAL_PRONOUN2],
     "grammar": [DATA_DIR / "agreement_test.jsonl", DATA_DIR / "pronoun_test.jsonl"],

@@ -196,7 +196,8 @@ def main(argv=None) -> None:
            for t in ("agreement", "pronoun")}
     dev.update(styled_dev)
     from .common import PACKAGE_DATA, read_jsonl
-    for f in ("real_dev_agreement", "real_dev_pronoun", "real_dev_agreement2", "real_dev_pronoun2"):  # never the tests
+    for f in ("real_dev_agreement", "real_dev_pronoun", "real_dev_agreement2", "real_dev_pronoun2",
+              "real_dev_pronoun3"):  # never the tests
         if (PACKAGE_DATA / f"{f}.jsonl").exists():
             dev[f] = read_jsonl(PACKAGE_DATA / f"{f}.jsonl")
     required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
