@@ -184,9 +184,9 @@ def smollm2():
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_dev_overlap import DATA, words  # noqa: E402  (the overlap measure, one definition)
 
-HELD = ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl", "real_pronoun.jsonl",
-        "real_pronoun2.jsonl", "real_agreement2.jsonl", "real_dev_pronoun2.jsonl", "real_dev_agreement2.jsonl",
-        "real_dev_pronoun3.jsonl", "handwritten.jsonl")
+from attnviz.builtin.evaluate import SETS  # noqa: E402  (every real test and dev set, one list)
+
+HELD = tuple(p.name for p in SETS["real"] + SETS["real-dev"]) + ("handwritten.jsonl",)
 
 
 def held_out_words() -> list[set]:

@@ -79,6 +79,22 @@ def build_tokenizer(out: Path, texts: list[str], vocab_size: int, required: set[
     return tok
 
 
+SHARE_OPTIONS = {
+    "--gendered-appos": "round 10: this share (0..1) of the singular real-style pronoun items give the subject "
+                        "(often a bare surname) an apposition whose head noun tells its sex ('the younger "
+                        "brother of' + the distractors, 'the last queen of egypt'); 0 = the round-3 generator",
+    "--sexed-contrast": "round 11: this share (0..1) of the singular real-style pronoun items with distractors put "
+                        "a sexed common noun of the other sex right after the subject, in an object relative "
+                        "clause ('the countess , whom the king had met , ...'); 0 = no such item",
+    "--verb-frames": "round 14: this share (0..1) of the real-style agreement items end in a lexical verb and "
+                     "its tail from a corpus sentence (WordNet verbs seen finite in the corpus, both forms one "
+                     "token of the tokenizer: 189 with the built-in one), instead of the frames' ~60; 0 = no such item",
+    "--more-sexed": "round 16: this share (0..1) of a real-style person's 'the (adjective) noun' draws take a "
+                    "noun from real_style.MALE_MORE / FEMALE_MORE (38 + 49 nouns whose meaning gives the sex: "
+                    "'the widow', 'the bridegroom') instead of the grammar's 36 pairs; 0 = no such draw",
+}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--corpus", required=True)
@@ -98,22 +114,8 @@ def main(argv=None) -> None:
     ap.add_argument("--extra-names", action="store_true",
                     help="real-style pronoun items also draw first names from "
                          "attnviz/builtin/data/first_names_extra.tsv (round 4; off = the round-3 generator)")
-    ap.add_argument("--gendered-appos", type=float, default=0.0, metavar="SHARE",
-                    help="round 10: this share (0..1) of the singular real-style pronoun items give the subject "
-                         "(often a bare surname) an apposition whose head noun tells its sex ('the younger "
-                         "brother of' + the distractors, 'the last queen of egypt'); 0 = the round-3 generator")
-    ap.add_argument("--sexed-contrast", type=float, default=0.0, metavar="SHARE",
-                    help="round 11: this share (0..1) of the singular real-style pronoun items with distractors put "
-                         "a sexed common noun of the other sex right after the subject, in an object relative "
-                         "clause ('the countess , whom the king had met , ...'); 0 = no such item")
-    ap.add_argument("--verb-frames", type=float, default=0.0, metavar="SHARE",
-                    help="round 14: this share (0..1) of the real-style agreement items end in a lexical verb and "
-                         "its tail from a corpus sentence (WordNet verbs seen finite in the corpus, both forms one "
-                         "token of the tokenizer: 189 with the built-in one), instead of the frames' ~60; 0 = no such item")
-    ap.add_argument("--more-sexed", type=float, default=0.0, metavar="SHARE",
-                    help="round 16: this share (0..1) of a real-style person's 'the (adjective) noun' draws take a "
-                         "noun from real_style.MALE_MORE / FEMALE_MORE (38 + 49 nouns whose meaning gives the sex: "
-                         "'the widow', 'the bridegroom') instead of the grammar's 36 pairs; 0 = no such draw")
+    for flag, text in SHARE_OPTIONS.items():  # each a share 0..1 of some real-style items; 0 = the option is off
+        ap.add_argument(flag, type=float, default=0.0, metavar="SHARE", help=text)
     ap.add_argument("--common-names", action="store_true",
                     help="real-style pronoun items also draw first names from the shorter list of common "
                          "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
@@ -139,8 +141,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.extra_names and args.common_names:
         ap.error("--extra-names and --common-names: pick one")
-    for flag, v in (("--gendered-appos", args.gendered_appos), ("--sexed-contrast", args.sexed_contrast),
-                    ("--verb-frames", args.verb_frames), ("--more-sexed", args.more_sexed)):
+    for flag in SHARE_OPTIONS:
+        v = getattr(args, flag[2:].replace("-", "_"))
         if not 0.0 <= v <= 1.0:
             ap.error(f"{flag} is a share: 0..1, not {v}")
     if args.generated:
@@ -196,10 +198,10 @@ def main(argv=None) -> None:
            for t in ("agreement", "pronoun")}
     dev.update(styled_dev)
     from .common import PACKAGE_DATA, read_jsonl
-    for f in ("real_dev_agreement", "real_dev_pronoun", "real_dev_agreement2", "real_dev_pronoun2",
-              "real_dev_pronoun3"):  # never the tests
-        if (PACKAGE_DATA / f"{f}.jsonl").exists():
-            dev[f] = read_jsonl(PACKAGE_DATA / f"{f}.jsonl")
+    from .evaluate import SETS
+    for path in SETS["real-dev"]:  # the dev sets `attnviz evaluate --set real-dev` scores; never the tests
+        if path.exists():
+            dev[path.stem] = read_jsonl(path)
     required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
                 for w in (it["answer"], it["wrong"])}
     for f in ("real_agreement.jsonl", "real_agreement2.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl",
