@@ -171,9 +171,9 @@ def _read_log(path: str) -> dict:
 def builtin_training_log(name: str) -> dict:
     """train_log.json of the built-in model `name` ({} when it is missing or unreadable); read once
     per file (the token strip asks on every rerun)."""
-    from .models.load import BUILTIN_DIR
+    from .resources import models_dir
 
-    return _read_log(str(BUILTIN_DIR / name / "train_log.json"))
+    return _read_log(str(models_dir() / name / "train_log.json"))
 
 
 def training_log(lm) -> dict:

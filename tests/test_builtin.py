@@ -10,7 +10,7 @@ import torch
 from attnviz.builtin import grammar, lexicon, load_eval_set
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "assets" / "models"
+MODELS = ROOT / "attnviz" / "data" / "models"
 SHIPPED = MODELS / "agreement"
 
 # (text, answer, wrong): the shipped model must rank the answer above the wrong word at [MASK].

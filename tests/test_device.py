@@ -17,7 +17,7 @@ from attnviz.trace import trace
 
 from conftest import SENTENCE, tiny_configs
 
-BUILTIN = Path(__file__).resolve().parents[1] / "assets" / "models"
+BUILTIN = Path(__file__).resolve().parents[1] / "attnviz" / "data" / "models"
 
 NO_FLOW = [m for m in METHODS if m != "flow"]
 

@@ -18,7 +18,7 @@ import attnviz
 from attnviz.errors import AttnvizError
 from attnviz.trace import encode
 
-AGREEMENT = Path(__file__).resolve().parents[1] / "assets" / "models" / "agreement"
+AGREEMENT = Path(__file__).resolve().parents[1] / "attnviz" / "data" / "models" / "agreement"
 N_CASES = int(os.environ.get("ATTNVIZ_FUZZ_CASES", 150))  # more for a longer hunt
 
 WORDS = ["the", "keys", "to", "cabinet", "[MASK]", "[mask]", "[CLS]", "[SEP]", "[PAD]", "[UNK]", "<s>", "</s>",

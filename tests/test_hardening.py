@@ -28,7 +28,7 @@ from attnviz.errors import InputError, ModelLoadError
 from conftest import SENTENCE, tiny_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-AGREEMENT = ROOT / "assets" / "models" / "agreement"
+AGREEMENT = ROOT / "attnviz" / "data" / "models" / "agreement"
 needs_agreement = pytest.mark.skipif(not (AGREEMENT / "config.json").is_file(), reason="builtin:agreement not built")
 
 

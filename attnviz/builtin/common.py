@@ -7,10 +7,11 @@ from pathlib import Path
 
 import torch
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-MODELS_DIR = ASSETS / "models"
-DATA_DIR = ASSETS / "data"
-PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+from ..resources import models_dir, sets_dir
+
+MODELS_DIR = models_dir()
+DATA_DIR = sets_dir()
+PACKAGE_DATA = DATA_DIR
 
 # Abnar & Zuidema (2020): 6 layers, 8 heads, hidden size 128.
 MODEL_CONFIG = dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=8,

@@ -504,7 +504,7 @@ def eval_md(results: list[dict], cov: dict) -> str:
         lines += model_section(r)
         lines += real_section(r)
     lines += coverage_section(cov)
-    pilot = MODELS_DIR / "PILOT_REAL.md"   # issue #16 pilot on real English (hand-maintained)
+    pilot = Path(__file__).resolve().parents[2] / "training" / "PILOT_REAL.md"   # issue #16 pilot on real English (hand-maintained)
     if pilot.is_file():
         lines += ["", pilot.read_text(encoding="utf-8").rstrip()]
     return "\n".join(lines) + "\n"
@@ -824,10 +824,10 @@ def main(argv: list[str] | None = None) -> int:
     text = eval_md(results, cov)
     print(text)
     if not args.no_write:
-        (MODELS_DIR / "EVAL.md").write_text(text, encoding="utf-8")
+        (Path(__file__).resolve().parents[2] / "training" / "EVAL.md").write_text(text, encoding="utf-8")
         for f, r in zip(folders, results):
             (f / "README.md").write_text(readme(r, results, cov), encoding="utf-8")
-        (MODELS_DIR / "eval_results.json").write_text(json.dumps(
+        (Path(__file__).resolve().parents[2] / "training" / "eval_results.json").write_text(json.dumps(
             {"models": [{k: v for k, v in r.items() if k not in ("train",)} for r in results],
              "tokenizer_coverage": cov}, indent=1) + "\n")
     return 0

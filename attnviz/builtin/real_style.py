@@ -159,8 +159,8 @@ class Lists:
     more_sexed: float = 0.0
 
 
-EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
-COMMON_NAMES = Path(__file__).resolve().parent / "data" / "first_names_common.tsv"
+EXTRA_NAMES = Path(__file__).resolve().parents[2] / "training" / "data" / "first_names_extra.tsv"
+COMMON_NAMES = Path(__file__).resolve().parents[2] / "training" / "data" / "first_names_common.tsv"
 EXTRA_SHARE = 0.3
 
 

@@ -21,11 +21,10 @@ from urllib.parse import urlparse
 import torch
 
 from ..errors import ModelLoadError
+from ..resources import models_dir
 from .check import CHECK_TOL, PROBE, SelfCheck  # noqa: F401 - re-exported (tests, callers)
 from .families import Architecture, UnsupportedArchitecture, read_architecture
 
-ASSETS = Path(os.environ.get("ATTNVIZ_ASSETS", Path(__file__).resolve().parents[2] / "assets"))
-BUILTIN_DIR = ASSETS / "models"
 # any one of these makes a folder's tokenizer loadable (without one, transformers builds an empty one)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model")
@@ -133,9 +132,10 @@ def is_builtin(lm) -> bool:
 
 
 def builtin_names() -> list:
-    if not BUILTIN_DIR.is_dir():
+    folder = models_dir()
+    if not folder.is_dir():
         return []
-    return sorted(p.name for p in BUILTIN_DIR.iterdir() if (p / "config.json").is_file())
+    return sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
 
 
 def packaged_available(name: str = "minilm") -> bool:
@@ -197,7 +197,7 @@ def resolve(spec) -> tuple:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name) or ".." in name:
             raise ModelLoadError(f"'{spec}': a built-in model is given by its name only, like builtin:agreement "
                                  f"(available: {', '.join(builtin_names()) or 'none found'}); give a folder as a plain path")
-        path = BUILTIN_DIR / name
+        path = models_dir() / name
         if not (path / "config.json").is_file():
             have = ", ".join(builtin_names()) or "none found"
             raise ModelLoadError(f"unknown built-in model '{name}' (available: {have})")
