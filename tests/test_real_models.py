@@ -128,7 +128,7 @@ def test_mask_in_any_case_and_nothing_before_it(smol):
 def test_causal_presets_are_answered_right(smol, name, answer):
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from views.ui import CAUSAL_PRESETS
+    from attnviz.app.ui import CAUSAL_PRESETS
     a = attnviz.analyze(smol, CAUSAL_PRESETS[name], methods=["attention"])
     assert a.prediction[0][0] == answer
 
@@ -249,7 +249,7 @@ def test_the_sidebar_offers_examples_for_a_causal_model(smol):
 
     from streamlit.testing.v1 import AppTest
 
-    from views import ui
+    from attnviz.app import ui
     os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
     at.query_params["model"] = "pkg:smollm2"
@@ -295,7 +295,7 @@ def test_every_page_runs_on_smollm2(smol, page):
     if page == "faithfulness":  # rollout's target row piles up at the first token: the layers are named
         import numpy as np
 
-        from views import ui
+        from attnviz.app import ui
         a = attnviz_analysis(smol, TEXT)
         A, t = a.maps["attention"].layer, a.target
         n = A.shape[-1]

@@ -1,7 +1,7 @@
 """Shared app state and helpers for every page: the model, the sentence, the cached analysis.
 
-Pages import it as `from views import ui` and call ui.model(), ui.text(), ui.analysis(...). app.py
-calls ui.init_state(), ui.sidebar() and ui.sync_url() on every run.
+Pages import it as `from attnviz.app import ui` and call ui.model(), ui.text(), ui.analysis(...).
+attnviz/app/main.py calls ui.init_state(), ui.sidebar() and ui.sync_url() on every run.
 
 The state that makes a view lives in st.session_state under the keys of URL_KEYS (the widgets use
 these keys directly, with persist_state="session" so that the values survive page switches) and is mirrored in st.query_params under the names in URL_KEYS, so a URL
@@ -58,7 +58,7 @@ DEFAULT_METHODS = list(METHODS.default_view())  # MethodInfo.default_view
 PRESET_NONE = "— pick an example —"
 AUTO = -1  # the target / source pickers' "automatic" / "all" choice
 
-# session-state key -> query-parameter name (plus "page": the page's file name, which app.py
+# session-state key -> query-parameter name (plus "page": the page's file name, which main.py
 # follows when a session starts, because Streamlit can leave the path of the URL one page behind
 # after st.switch_page)
 URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "layer", "head": "head",
@@ -381,7 +381,7 @@ def _try_load():
 
 
 def keep_working_model() -> None:
-    """Called by app.py before the sidebar: remember the last model that loaded in this session
+    """Called by main.py before the sidebar: remember the last model that loaded in this session
     (set_spec goes back to it when a newly picked model fails to load)."""
     ss = st.session_state
     lm, _ = _try_load()

@@ -17,7 +17,7 @@ from attnviz import adversarial as A
 from attnviz import plots
 from attnviz.errors import AttnvizError, InputError
 from attnviz.trace import encode
-from views import ui
+from attnviz.app import ui
 
 KINDS = {"head": "one head", "layer": "all heads of a layer", "all": "all heads of all layers"}
 EPS_CHOICES = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]

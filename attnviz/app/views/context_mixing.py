@@ -10,7 +10,7 @@ import streamlit as st
 from attnviz import context, plots, schedule
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
-from views import ui
+from attnviz.app import ui
 
 ATTN = ("Attn-W", "Attn-N", "AttnRes-W", "AttnRes-N", "AttnResLn-N")
 FFN = ("AtbFf-N", "AtbFfRes-N", "AtbFfResLn-N")

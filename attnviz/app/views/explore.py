@@ -5,7 +5,7 @@ import numpy as np
 import streamlit as st
 
 from attnviz import METHODS, export, plots
-from views import ui
+from attnviz.app import ui
 
 JSON_BYTES_PER_VALUE = 21.5  # export.to_json: ~21 bytes a number (measured on the built-in model)
 

@@ -18,10 +18,7 @@ from attnviz.errors import AttnvizError, InputError
 from attnviz.faithfulness import figures
 from attnviz.faithfulness.correlation import DOMINATED_SHARE
 
-try:
-    from views import ui
-except ImportError:  # run from inside views/
-    import ui
+from attnviz.app import ui
 
 STATS = {"spearman": "Spearman ρ", "kendall": "Kendall τ-b"}
 

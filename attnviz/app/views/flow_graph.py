@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz import plots
-from views import ui
+from attnviz.app import ui
 
 st.title("Flow graph")
 st.caption("Nodes are tokens at each layer (input at the bottom); an edge from a token to a token one "

@@ -1,10 +1,12 @@
 """Heads: the model view, every layer x head as a small heatmap for one method; a click opens it on Explore."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from attnviz import METHODS, plots
-from views import ui
+from attnviz.app import ui
 
 PER_HEAD = [m for m, info in METHODS.items() if info.per_head]
 
@@ -95,4 +97,4 @@ pick_h = c2.selectbox("Head", list(range(H + 1)), key="heads_pick_head",
 c3.button("Open on Explore", on_click=_open, args=(pick_l, pick_h), key="heads_open")
 
 if st.session_state.pop("_goto_explore", False):
-    st.switch_page("views/explore.py")
+    st.switch_page(Path(__file__).with_name("explore.py"))

@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnviz import METHODS, plots
 from attnviz import pair as P
-from views import ui
+from attnviz.app import ui
 
 lm = ui.page("Minimal pair", "Two sentences that differ in one word — a singular or plural attractor, “his” or “her” — analysed "
              "with the same maps at the same layer and head. Sentence A's maps, then B's on the same colour "

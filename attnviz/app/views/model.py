@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnviz.models.load import builtin_names, packaged_available
-from views import ui
+from attnviz.app import ui
 
 st.title("Model")
 
