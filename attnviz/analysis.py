@@ -12,6 +12,7 @@ import torch
 from .errors import InputError, LongInputWarning
 from .methods import METHODS
 from .methods import mixing as _mixing
+from .text import readable_token
 from .trace import DEFAULT_MAX_TOKENS, Trace, encode, single_token_id, trace as _trace, word_start_ids
 
 DEFAULT_METHODS = tuple(METHODS)
@@ -207,14 +208,10 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     if enc.blank and kind == "token":
         top = int(np.argmax(tr.output_probs()))
         if pred and lm.tokenizer.convert_ids_to_tokens(top) != pred[0][0]:
-            from .plots import readable_token  # 'Ġthe' (byte-level BPE) as a reader writes it
-
             notes.append(f"the blank is a word, so only tokens that start a word are ranked; the most likely next "
                          f"token overall is '{readable_token(lm.tokenizer.convert_ids_to_tokens(top))}' "
                          f"({float(tr.output_probs()[top]):.2f})")
     if kind == "hidden":
-        from .plots import readable_token
-
         notes.append("this model has no output head: the target is the final hidden state at "
                      f"position {enc.target} ({readable_token(enc.tokens[enc.target])})")
     bad = _nonfinite(maps, mix, pred)

@@ -7,6 +7,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .text import SEP, clean_token
+
 # (sentence A, sentence B) per preset; masked LMs and causal LMs (which read only the words before [MASK])
 PAIRS = {
     "Agreement: singular vs plural attractor": ("the key to the cabinet [MASK] on the table .",
@@ -52,7 +54,5 @@ def difference(M_a: np.ndarray, M_b: np.ndarray, tokens_a: Sequence[str], tokens
 
 def pair_labels(tokens_a: Sequence[str], tokens_b: Sequence[str]) -> list:
     """Axis labels of the difference map: "3·cabinet/cabinets" (A/B) where the tokens differ, else "3·the"."""
-    from .plots import SEP, clean_token
-
     return [f"{i}{SEP}{clean_token(x)}" if x == y else f"{i}{SEP}{clean_token(x)}/{clean_token(y)}"
             for i, (x, y) in enumerate(zip(tokens_a, tokens_b))]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .text import group_text, readable_token, word_groups
+
 MASK_RE = re.compile(r"\[mask\]", re.IGNORECASE)
 
 # Unicode name prefixes of characters every English model reads as ordinary text
@@ -53,8 +55,6 @@ def foreign_chars(text: str) -> list:
 
 def word_pieces(tokens: Sequence[str], special: Sequence[bool], word_ids: Optional[Sequence] = None) -> list:
     """tokens -> [[positions]] of the words read as more than one token (special tokens excluded)."""
-    from .plots import word_groups
-
     return [g for g in word_groups(tokens, special, word_ids) if len(g) > 1]
 
 
@@ -70,8 +70,6 @@ def check_tokens(tokens: Sequence[str], special: Sequence[bool], target: int, *,
     trained_tokens: the longest input (in tokens) the model saw in training, when known.
     pieces_unseen: the model was trained on whole words only (the built-in models), so word pieces
     are inputs it never saw."""
-    from .plots import group_text, readable_token
-
     n = len(tokens)
     special = [bool(s) for s in special]
     marks = ["special" if special[i] else "" for i in range(n)]
@@ -138,8 +136,6 @@ def strip_html(tokens: Sequence[str], marks: Sequence[str], target: Optional[int
     """The tokens as a row of small labelled boxes (HTML, every token escaped): unknown tokens red,
     pieces of split words underlined in orange, special tokens grey, the target outlined."""
     import html
-
-    from .plots import readable_token
 
     style = {"unk": "background:#fde0dc;border:1px solid #d62728;color:#a50f15",
              "piece": "background:#fff3e0;border:1px solid #ff7f0e;border-bottom:3px solid #ff7f0e",

@@ -6,6 +6,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..text import readable_token
 from .settings import JW_EPS
 from .site import Site
 
@@ -101,7 +102,6 @@ class Frontier:
                  f"while the output moves by TVD {self.tvd[i]:.4f} (< {eps:g}).")
         top = self.prediction(i)[0] if i else None
         if top is not None:
-            from ..plots import readable_token  # 'Ġthe' (byte-level BPE) as a reader writes it: 'the'
             word, word0 = readable_token(top[0]), readable_token(self.y0_top[0][0])
             s += f" The prediction there is still '{word}' at {top[1]:.2f}" if top[0] == self.y0_top[0][0] \
                 else f" The top prediction there changes to '{word}'"

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 import scipy.stats
 
+from ..text import dominant_column
 from .importance import BASELINES, Importance
 
 MIN_TOKENS = 3
@@ -160,8 +161,6 @@ def dominated_rows(rows: dict, positions: Sequence[int], share: float = DOMINATE
     of the compared positions holds `share` or more of the row's total over them (a non-negative row),
     so that the ranks of the other tokens rest on the rest (rollout on a causal model piles up at the
     first token: SmolLM2's layer-30 rows put 1.000 there)."""
-    from ..plots import dominant_column  # a row is a one-row map: its dominant column
-
     pos = np.asarray(positions, dtype=int)
     out = {}
     for name, R in rows.items():

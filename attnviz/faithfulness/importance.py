@@ -39,6 +39,7 @@ import torch
 
 from ..errors import InputError
 from ..linear import quadrature
+from ..text import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
 from ..trace import single_token_id as _single_token_id
 
@@ -168,7 +169,6 @@ def _hidden(out, pos) -> torch.Tensor:
 
 def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None) -> Target:
     """The target quantity for this model and text. contrast: (correct, wrong) tokens or labels."""
-    from ..plots import readable_token  # here, not at the top: scoring items (evaluate) needs no plotly
     kind = output_kind(lm)
     t = enc.target
     where = f"position {t} ({readable_token(enc.tokens[t])})"
