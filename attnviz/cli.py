@@ -4,6 +4,7 @@
     attnviz study --model builtin:agreement --data builtin:agreement --n 500 --out runs/agreement
     attnviz evaluate [ARGS]            # the built-in models' accuracy tables (attnviz.builtin.evaluate)
     attnviz evaluate --model pkg:smollm2 --set real   # any masked or causal LM on the agreement/pronoun sets
+    attnviz app [--port 8501] [--address 127.0.0.1] [STREAMLIT OPTIONS]   # the app, in a browser
 
 analyze writes the maps (JSON, or NPZ when FILE ends in .npz) and, with --faithfulness, the
 importance baselines and correlations. study runs the corpus faithfulness study: it is resumable
@@ -307,6 +308,30 @@ def cmd_evaluate(args) -> int:
     return evaluate.main(list(args.rest))
 
 
+def cmd_app(args) -> int:
+    """Start Streamlit on the packaged app (attnviz/app/main.py), headless, on ADDRESS:PORT; the options
+    that follow go to `streamlit run` (e.g. --server.maxUploadSize 50). On POSIX the command becomes the
+    Streamlit server (exec: one process, signals go straight to it); elsewhere it waits for it."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("streamlit") is None:
+        print("error: the app needs streamlit, which is not installed in this Python "
+              f"({sys.executable}): pip install streamlit", file=sys.stderr)
+        return 2
+    from .app import MAIN
+
+    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.address", args.address,
+           "--server.port", str(args.port), "--server.headless", "true", *args.streamlit_args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execv(sys.executable, cmd)
+    import subprocess
+
+    return subprocess.call(cmd)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnviz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -369,6 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "for any masked or causal LM (attnviz evaluate -h)", prefix_chars="+", add_help=False)
     e.add_argument("rest", nargs=argparse.REMAINDER)
     e.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("app", help="start the app (Streamlit, headless) at http://ADDRESS:PORT; "
+                       "other options go to `streamlit run`")
+    p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.set_defaults(func=cmd_app, streamlit_args=[])
     return ap
 
 
@@ -428,8 +460,14 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     from .errors import AttnvizError
 
     try:
-        args = build_parser().parse_args(argv)
-        _import_quietly()
+        ap = build_parser()
+        args, extra = ap.parse_known_args(argv)
+        if args.command == "app":  # what attnviz does not know goes to `streamlit run`
+            args.streamlit_args = extra
+        else:
+            if extra:
+                ap.error(f"unrecognized arguments: {' '.join(extra)}")
+            _import_quietly()
         return args.func(args)
     except AttnvizError as e:
         print(f"error: {e}", file=sys.stderr)
