@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs attnviz and starts the app on the built-in model (http://127.0.0.1:8501).
+# Installs attnviz (scripts/install.sh: into the active virtualenv, or .venv in the checkout) and starts
+# the app on the built-in model (http://127.0.0.1:8501). Extra options go to `streamlit run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-exec ${PYTHON:-python3} -m streamlit run app.py --server.address "${ATTNVIZ_ADDRESS:-127.0.0.1}" --server.headless true "$@"
+PY=$(bash scripts/install.sh --print-python)
+exec "$PY" -m streamlit run app.py --server.address "${ATTNVIZ_ADDRESS:-127.0.0.1}" --server.headless true "$@"

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Installs everything the tests need, then runs the whole suite (browser tests included).
+# Installs everything the tests need (scripts/install.sh --test: into the active virtualenv, or .venv in
+# the checkout), then runs the whole suite (browser tests included).
+#   bash scripts/test.sh [PYTEST ARGS]          everything (CI)
+#   bash scripts/test.sh --fast [PYTEST ARGS]   the unit tests: no AppTest, browser, real model, Ray or slow test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --test
+PY=$(bash scripts/install.sh --print-python)
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-exec ${PYTHON:-python3} -m pytest -q "$@"
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  exec "$PY" -m pytest -q -m "not (app or browser or real_model or ray or slow)" "$@"
+fi
+exec "$PY" -m pytest -q "$@"
