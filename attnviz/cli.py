@@ -282,7 +282,9 @@ def cmd_study(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    paths = res.write(args.out, png=args.png)
+    from .faithfulness.figures import study_figure  # plotly: loaded by the commands that draw only
+
+    paths = res.write(args.out, png=args.png, figure=study_figure(res))
     print(f"{res.n_sentences} sentences ({res.resumed} from an earlier run, {len(res.skipped)} skipped) "
           f"in {res.seconds:.1f} s; model {lm.spec}")
     for i, why in res.skipped[:10]:

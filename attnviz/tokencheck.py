@@ -6,6 +6,7 @@ tokens above the maps (unknown tokens and words split into pieces marked) with p
 from __future__ import annotations
 
 import functools
+import html
 import json
 import re
 import unicodedata
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .models.load import is_builtin
+from .resources import models_dir
 from .text import group_text, readable_token, word_groups
 
 MASK_RE = re.compile(r"\[mask\]", re.IGNORECASE)
@@ -135,8 +138,6 @@ def check_tokens(tokens: Sequence[str], special: Sequence[bool], target: int, *,
 def strip_html(tokens: Sequence[str], marks: Sequence[str], target: Optional[int] = None) -> str:
     """The tokens as a row of small labelled boxes (HTML, every token escaped): unknown tokens red,
     pieces of split words underlined in orange, special tokens grey, the target outlined."""
-    import html
-
     style = {"unk": "background:#fde0dc;border:1px solid #d62728;color:#a50f15",
              "piece": "background:#fff3e0;border:1px solid #ff7f0e;border-bottom:3px solid #ff7f0e",
              "special": "background:#f0f0f0;border:1px solid #ccc;color:#777",
@@ -167,23 +168,17 @@ def _read_log(path: str) -> dict:
 def builtin_training_log(name: str) -> dict:
     """train_log.json of the built-in model `name` ({} when it is missing or unreadable); read once
     per file (the token strip asks on every rerun)."""
-    from .resources import models_dir
-
     return _read_log(str(models_dir() / name / "train_log.json"))
 
 
 def training_log(lm) -> dict:
     """A built-in model's train_log.json ({} for other models or when it is missing)."""
-    from .models.load import is_builtin
-
     return builtin_training_log(lm.spec.split(":", 1)[1]) if is_builtin(lm) else {}
 
 
 def pieces_unseen(lm) -> bool:
     """True for a built-in model trained on whole words only (its grammar's), False for one trained on
     WordPiece text (train_log.json says "word_pieces": true) and for every other model."""
-    from .models.load import is_builtin
-
     return is_builtin(lm) and not training_log(lm).get("word_pieces")
 
 
@@ -192,8 +187,6 @@ def longest_training_input(lm) -> Optional[int]:
     train_log.json ("max_train_tokens"), else the grammar's held-out sets, which have the lengths of
     the grammar's training sentences (the longest of them is taken); None for other models (their
     training data is not at hand)."""
-    from .models.load import is_builtin
-
     if not is_builtin(lm):
         return None
     key = lm.spec

@@ -1,4 +1,4 @@
-"""Trace: tokenise once, run the model once, keep every per-layer intermediate; self-check.
+"""Trace: tokenise once, run the model once, keep every per-layer intermediate.
 
 The layer inputs come from the model's own hidden_states; each layer is then recomputed by the one
 functional forward (models/forward.py), which returns what the methods need (attention, value
@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .models.forward import apply_norm, layer_forward, rope_for, run_layers
-from .models.check import CHECK_TOL, PROBE, SelfCheck
+from .models.forward import apply_norm, layer_forward, rope_for
+from .models.check import hf_forward, rel_err as _rel
 
-if TYPE_CHECKING:  # the loader imports this module (for the self-check), not the other way round
+if TYPE_CHECKING:  # annotations only
     from .models.load import LoadedModel
 
 DEFAULT_MAX_TOKENS = 128
@@ -39,10 +39,6 @@ class Encoded:
     notes: list = field(default_factory=list)
     after: str = ""  # causal models: the text after [MASK], not part of the input (shown greyed)
     blank: bool = False  # causal models: the text had a [MASK]; the prediction is the word that goes there
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
 def encode(lm: LoadedModel, text: str, max_tokens: int = DEFAULT_MAX_TOKENS, target: Optional[int] = None) -> Encoded:
@@ -234,19 +230,6 @@ class Trace(OnEncoded):
         return torch.softmax(self.logits.double(), -1).cpu().numpy()
 
 
-def hf_forward(lm: LoadedModel, ids: torch.Tensor, **kw):
-    """The model's own forward with hidden states and attentions, on the model's device; raises if
-    attentions are missing."""
-    ids = ids.to(lm.device)
-    with torch.inference_mode():
-        out = lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True,
-                       output_attentions=True, **kw)
-    if not out.attentions or any(a is None for a in out.attentions):
-        raise RuntimeError("the model returned no attention probabilities; it must be loaded with "
-                           "attn_implementation='eager'")
-    return out
-
-
 def _output_logits(lm: LoadedModel, out):
     logits = getattr(out, "logits", None)
     return logits
@@ -330,55 +313,3 @@ def per_head_vectors(w, v: torch.Tensor) -> torch.Tensor:
     v_full = v.repeat_interleave(rep, dim=0) if rep > 1 else v
     wo = w.wo.reshape(H, dh, -1)
     return torch.einsum("hnk,hkd->hnd", v_full, wo)
-
-
-def self_check(lm: LoadedModel, text: str = PROBE) -> SelfCheck:
-    """Chains our functional forward from the embeddings through every layer and the output head and
-    compares it with the model's own hidden states, attentions and logits (relative error)."""
-    try:
-        enc = encode(lm, text, max_tokens=lm.max_tokens)
-        out = hf_forward(lm, enc.ids)
-    except Exception as e:  # noqa: BLE001
-        return SelfCheck(False, float("inf"), reason=f"the probe sentence could not be run: {e}")
-    hs = out.hidden_states
-    with torch.inference_mode():
-        final, kept = run_layers(lm.arch, hs[0], keep=True)
-        per_layer = []
-        L = len(kept)
-        for li, r in enumerate(kept):
-            mine = final if li == L - 1 else r.resid_out
-            per_layer.append(_rel(mine, hs[li + 1]))
-        attn_err = float(np.max([float((r.probs - a).abs().max()) for r, a in zip(kept, out.attentions)]))
-        logits_err = None
-        if lm.arch.head is not None and getattr(out, "logits", None) is not None:
-            logits_err = _rel(lm.arch.head(final), out.logits)
-    # NaN compares False with everything and max() skips it depending on order: np.max propagates it,
-    # and every test below is written "not err <= tol" so that NaN fails
-    worst = float(np.max(per_layer))
-    nonfinite = [name for name, t in _model_outputs(out) if not bool(torch.isfinite(t).all())]
-    reason = None
-    if nonfinite:
-        more = f" and {len(nonfinite) - 3} more" if len(nonfinite) > 3 else ""
-        reason = (f"the model's own outputs are not finite (NaN or inf in {', '.join(nonfinite[:3])}{more}) "
-                  "on the probe sentence: its weights or its arithmetic are broken")
-    elif not worst <= CHECK_TOL:
-        bad = int(np.argmax(per_layer))
-        reason = (f"our recomputation of layer {bad + 1} differs from the model's own output by "
-                  f"{per_layer[bad]:.1e} (relative; tolerance {CHECK_TOL:.0e})")
-    elif not attn_err <= CHECK_TOL:
-        reason = f"recomputed attention differs from the model's by {attn_err:.1e}"
-    elif logits_err is not None and not logits_err <= CHECK_TOL:
-        reason = f"recomputed output logits differ from the model's by {logits_err:.1e} (relative)"
-    ok = reason is None
-    err = float(np.max([worst, logits_err or 0.0])) if not nonfinite else float("nan")
-    return SelfCheck(ok, err, per_layer, attn_err, logits_err, reason)
-
-
-def _model_outputs(out):
-    """(name, tensor) for every output of the model's own forward: hidden states, attentions, logits."""
-    for k, h in enumerate(out.hidden_states):
-        yield ("the embeddings" if k == 0 else f"hidden states of layer {k}"), h
-    for k, a in enumerate(out.attentions):
-        yield f"attention of layer {k + 1}", a
-    if getattr(out, "logits", None) is not None:
-        yield "the logits", out.logits

@@ -111,6 +111,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     import attnviz
     from attnviz import adversarial as A
+    from attnviz.adversarial.pipeline import run_pipeline
 
     lm = attnviz.load_model(args.model)
     others = [attnviz.load_model(s) for s in A.seed_specs(lm.spec)]
@@ -122,9 +123,11 @@ def main(argv=None):
     results = []
     sites = [A.Site("layer", l) for l in range(L)] + ([A.Site("all")] if args.all else [])
     for site in sites:
-        fr = A.frontier(lm, enc, site, steps=args.steps, restarts=args.restarts)
-        jw = A.jain_wallace(lm, enc, site, steps=args.jw_steps) if args.jw_steps else None
-        fr.seeds = A.seed_baseline(lm, others, enc, site) if others else []
+        run = run_pipeline(lm, enc, site, steps=args.steps, restarts=args.restarts, jw_steps=args.jw_steps,
+                           seeds=others)
+        fr, jw = run.frontier, run.jw
+        for why in run.seeds_skipped:
+            print(f"{site.label()}: a seed left out: {why}", file=sys.stderr)
         s = summarise(fr, jw)
         results.append(dict(layer="all" if site.kind == "all" else site.layer + 1, summary=s, perm_jsd=[float(v) for v in fr.perm_jsd],
                             perm_tvd=[float(v) for v in fr.perm_tvd], caption=fr.caption(0.01)))

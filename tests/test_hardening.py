@@ -187,17 +187,17 @@ def test_self_check_fails_on_nan(tokenizer, family):
 
 def test_self_check_function_treats_nan_errors_as_failures(make_tiny, monkeypatch):
     """Even a NaN error value (not only NaN outputs) fails: `nan > tol` is False, so the check must not rely on it."""
-    from attnviz import trace as T
+    from attnviz.models import check as T
 
     lm = make_tiny("bert")
-    real = T._rel
+    real = T.rel_err
     calls = {"n": 0}
 
     def rel(a, b):
         calls["n"] += 1
         return float("nan") if calls["n"] == 1 else real(a, b)
 
-    monkeypatch.setattr(T, "_rel", rel)
+    monkeypatch.setattr(T, "rel_err", rel)
     c = T.self_check(lm)
     assert not c.ok and c.reason
 

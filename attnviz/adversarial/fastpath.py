@@ -17,22 +17,23 @@ import torch
 
 from ..models.forward import final_norm
 from ..models.fused import CausalRow, FusedLayer
-from .problem import Problem, output_probs, row_output_probs
+from .outputs import output_probs, row_output_probs
 
 
-def fused_layers(pb: Problem) -> list:
-    """[FusedLayer] of the model in the problem's dtype, made once per Problem."""
+def fused_layers(pb) -> list:
+    """[FusedLayer] of the model in the problem's dtype, made once per Problem (pb: a problem.Problem,
+    which calls this module; read here through its fields only)."""
     if "fused" not in pb.cache:
         pb.cache["fused"] = [FusedLayer(w) for w in pb.lm.layers(pb.dtype)]
     return pb.cache["fused"]
 
 
-def causal_last(pb: Problem) -> bool:
+def causal_last(pb) -> bool:
     """True when the causal target-row path applies."""
     return pb.output_kind == "token" and bool(pb.lm.arch.causal) and pb.target == pb.n - 1
 
 
-def outputs_fast(pb: Problem, alpha: torch.Tensor) -> torch.Tensor:
+def outputs_fast(pb, alpha: torch.Tensor) -> torch.Tensor:
     """alpha [B, R, n] -> output distribution [B, C] (float64), differentiable in alpha."""
     groups = pb.by_layer(alpha)
     if causal_last(pb):
@@ -42,7 +43,7 @@ def outputs_fast(pb: Problem, alpha: torch.Tensor) -> torch.Tensor:
     return _general(pb, groups)
 
 
-def _general(pb: Problem, groups: dict) -> torch.Tensor:
+def _general(pb, groups: dict) -> torch.Tensor:
     fz = fused_layers(pb)
     L, s, t, rope = len(fz), pb.site.start(), pb.target, pb.rope
     token = pb.output_kind == "token"

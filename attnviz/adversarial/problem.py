@@ -11,10 +11,13 @@ import numpy as np
 import torch
 
 from ..errors import AttnvizError, InputError
-from ..models.forward import final_norm, rope_for, run_layers
+from ..models.forward import rope_for, run_layers
+from ..models.check import hf_forward
 from ..models.fused import index_of
 from ..trace import DEFAULT_MAX_TOKENS, Encoded, OnEncoded, Trace, encode
 from .distances import jsd, tvd
+from .fastpath import outputs_fast
+from .outputs import output_probs
 from .site import Site
 
 
@@ -95,7 +98,6 @@ class Problem(OnEncoded):
             final, _ = run_layers(self.lm.arch, x, start=self.site.start(), overrides=ov,
                                   layers=self.lm.layers(self.dtype))
             return output_probs(self.lm, final, self.target, self.output_kind)
-        from .fastpath import outputs_fast
         return outputs_fast(self, alpha)
 
     def distances(self, alpha: torch.Tensor):
@@ -116,30 +118,6 @@ class Problem(OnEncoded):
         full = a.new_zeros(a.shape[:-1] + (self.n,))
         full[..., cols] = a
         return full
-
-
-def head_dtype(lm) -> torch.dtype:
-    for p in lm.model.parameters():
-        return p.dtype
-    return torch.float32
-
-
-def output_probs(lm, final: torch.Tensor, target: int, kind: str) -> torch.Tensor:
-    """final hidden [B, n, d] (final norm applied) -> output distribution [B, C] (float64) at the target."""
-    head = lm.arch.head
-    hd = head_dtype(lm)
-    if kind == "token":
-        logits = head(final[:, target:target + 1].to(hd))[:, 0]  # position-wise head: only the target row
-    else:
-        logits = head(final.to(hd))
-    return torch.softmax(logits.double(), dim=-1)
-
-
-def row_output_probs(lm, row: torch.Tensor) -> torch.Tensor:
-    """row [B, 1, d] (last layer output at the target, before the final norm) -> output distribution
-    [B, C] (float64) for position-wise (token) heads."""
-    logits = lm.arch.head(final_norm(lm.arch, row).to(head_dtype(lm)))[:, 0]
-    return torch.softmax(logits.double(), dim=-1)
 
 
 def _as_encoded(lm, text, target, max_tokens) -> Encoded:
@@ -174,7 +152,6 @@ def prepare(lm, text, site: Site, target: Optional[int] = None, dtype: torch.dty
     rows = site.rows(n_layers, n_heads)
     tr = text if isinstance(text, Trace) else None
     if tr is None:
-        from ..trace import hf_forward
         out = hf_forward(lm, enc.ids)
         hs = out.hidden_states
         logits = getattr(out, "logits", None)

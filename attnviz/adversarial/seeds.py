@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..errors import InputError
+from ..models.load import builtin_names
 from .distances import jsd, tvd
 from .problem import prepare
 from .results import SeedPoint
@@ -19,7 +20,6 @@ def seed_specs(spec: str, available: Optional[Sequence[str]] = None) -> list:
         return []
     name = spec.split(":", 1)[1]
     if available is None:
-        from ..models.load import builtin_names
         available = builtin_names()
     base = name.split("-seed")[0]
     out = [f"builtin:{a}" for a in available if a.startswith(base + "-seed") and a != name]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import functools
+import itertools
 
 import numpy as np
 import scipy.stats
@@ -62,8 +63,6 @@ def chance_level(n: int, stat: str = "spearman", level: float = 0.05) -> tuple:
     (n = 4: 2 of 24 orderings). Kendall: exact for any n (the inversion-count distribution). Spearman:
     exact counts over all n! orderings up to CHANCE_EXACT_MAX tokens, above that the normal
     approximation (sd 1/sqrt(n-1))."""
-    import itertools
-
     if n < 2:
         return None, True
     if stat != "spearman":

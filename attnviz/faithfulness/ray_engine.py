@@ -11,14 +11,13 @@ it sends batches of (i, key, item) to the actors and appends each batch's record
 - a dead worker (its process killed, its node lost) fails its batches; the driver sends them again
   and starts a replacement actor (up to 2 * workers + 2 deaths, then it stops with the reason);
 - a second driver on the same folder is refused by the lock before it starts anything.
-Each actor computes a record with study.score_record, the local engine's function, with `threads`
+Each actor computes a record with record.score_record, the local engine's function, with `threads`
 torch threads: with the same threads (and the same CPU kind and library versions) a record is
 byte-for-byte the local engine's.
 """
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import socket
@@ -28,7 +27,11 @@ import time
 from collections import deque
 from typing import Callable, Optional
 
+import torch
+
 from ..errors import AttnvizError
+from ..models.load import load_model
+from .record import score_record
 
 CONNECT_TIMEOUT_S = 3.0
 # no worker ready this long (none placed, or the model still loading; at the start or after deaths): stop, say why
@@ -50,10 +53,6 @@ except Exception as e:
     print(str(e).splitlines()[0] if str(e) else type(e).__name__)
     sys.exit(1)
 """
-
-
-class WorkerDied(Exception):
-    pass
 
 
 def split_address(address: str) -> tuple:
@@ -107,26 +106,20 @@ class StudyWorker:
     """A Ray actor: loads the model once, then scores batches of (i, key, item)."""
 
     def __init__(self, spec: str, threads: int, device: str):
-        import torch
-
-        import attnviz
-
         torch.set_num_threads(threads)
         self.t0 = time.perf_counter()
         # a GPU torch cannot see is load_model's one-line ModelLoadError; the self-check runs on the device
-        self.lm = attnviz.load_model(spec, device=device)
+        self.lm = load_model(spec, device=device)
         self.load_s = time.perf_counter() - self.t0
 
     def info(self) -> dict:
-        import ray
+        import ray  # the optional ray package is imported only where Ray runs
 
         return dict(pid=os.getpid(), host=socket.gethostname(), node=ray.get_runtime_context().get_node_id(),
                     n_layers=self.lm.n_layers, decompositions_ok=bool(self.lm.decompositions_ok), load_s=self.load_s)
 
     def score(self, batch: list, settings: dict) -> tuple:
         """-> (records, seconds per sentence)."""
-        from .study import score_record
-
         recs, secs = [], []
         for i, key, item in batch:
             t = time.perf_counter()
@@ -160,7 +153,7 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
 
     stats (optional dict) receives: workers, nodes, batch_size, deaths, load_s (per worker), secs (per
     sentence, as measured inside the actors), wall_s."""
-    try:
+    try:  # ray is optional (attnviz[ray]): imported only when the engine runs
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
     except ImportError:
@@ -310,12 +303,3 @@ def _lost(e: BaseException) -> bool:
     """Whether an actor error says the process or node went away (rather than its constructor raising)."""
     text = str(e)
     return not any(s in text for s in ("ModelLoadError", "AttnvizError", "creation task", "__init__"))
-
-
-def scaling_on_paper(per_sentence_s: float, per_task_s: float, batch: int, k: int, workers_per_machine: int,
-                     startup_s: float, n: int) -> dict:
-    """Expected wall time for n sentences on k machines with w workers each (a simple model):
-    startup + ceil(n / (k w)) * per_sentence + ceil(n / (k w batch)) * per_task."""
-    w = k * workers_per_machine
-    t = startup_s + math.ceil(n / w) * per_sentence_s + math.ceil(n / (w * batch)) * per_task_s
-    return dict(machines=k, workers=w, seconds=t, sentences_per_s=n / t)

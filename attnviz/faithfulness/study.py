@@ -11,15 +11,17 @@ Records are keyed by position and text (i:sha1), and each key is written once.
 
 Engines: "local" (this process, one sentence after another) and "ray" (ray_engine: actors on a Ray
 cluster; the driver, holding the lock, is the only writer). Both compute each record with
-score_record, so the same settings and threads give the same bytes.
+record.score_record, so the same settings and threads give the same bytes.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
+import html as H
 import json
 import math
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,9 @@ import numpy as np
 from ..errors import AttnvizError, InputError
 from .correlation import Ranking, ranking
 from .importance import BASELINES, DEFAULT_IG_STEPS, output_kind
-from .sentence import CORE_METHODS, available_methods, score_sentence
+from .ray_engine import run_on_ray
+from .record import from_lists, score_record
+from .sentence import CORE_METHODS, available_methods
 
 STUDY_METHODS = CORE_METHODS
 STATS = ("spearman", "kendall")
@@ -201,9 +205,11 @@ class StudyResult:
         f = [r["f0"] for r in self.records if r.get("contrast")]
         return float(np.mean([v > 0 for v in f])) if f else None
 
-    def write(self, out_dir, png: bool = False) -> dict:
+    def write(self, out_dir, png: bool = False, figure=None) -> dict:
         """summary.csv, summary.json, summary.html, ranking.csv, ranking.md (and summary.png if png) into
-        out_dir -> {kind: path}. The html shows the figure and the ranking (mean Spearman ρ)."""
+        out_dir -> {kind: path}. The html shows the ranking (mean Spearman ρ) below `figure`, the study's
+        plotly figure (attnviz.figures.faithfulness.study_figure(res), drawn by the caller: the engine
+        imports no plotly), when given; png writes that figure (needs kaleido + chromium)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"csv": out / "summary.csv", "json": out / "summary.json", "html": out / "summary.html",
@@ -220,19 +226,18 @@ class StudyResult:
             w.writeheader()
             w.writerows(rows)
         paths["json"].write_text(json.dumps(self.to_json(), indent=1, allow_nan=False), encoding="utf-8")
-        from .figures import study_figure
-        fig = study_figure(self)
-        paths["html"].write_text(_html_page(fig, self, rk), encoding="utf-8")
+        paths["html"].write_text(_html_page(figure, self, rk), encoding="utf-8")
         if png:
+            if figure is None:
+                raise ValueError("summary.png is the study figure: pass figure= to write it")
             paths["png"] = out / "summary.png"
-            fig.write_image(str(paths["png"]), width=1400, height=450 * ((len(self.baselines) + 2) // 3))
+            figure.write_image(str(paths["png"]), width=1400, height=450 * ((len(self.baselines) + 2) // 3))
         return {k: str(v) for k, v in paths.items()}
 
 
 def _html_page(fig, res, rk) -> str:
-    """The study figure and the ranking tables (summary rank per baseline; rank per layer) on one page."""
-    import html as H
-
+    """The study figure (when given) and the ranking tables (summary rank per baseline; rank per layer)
+    on one page."""
     def table(head, body):
         th = "".join(f"<th>{H.escape(str(h))}</th>" for h in head)
         trs = "".join("<tr>" + "".join(f"<td>{H.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
@@ -257,21 +262,13 @@ def _html_page(fig, res, rk) -> str:
     parts.append("<p>" + H.escape("; ".join(extra)) + " (listed in summary.json, ranking).</p>")
     style = ("<style>table{border-collapse:collapse;font:13px sans-serif;margin:8px 0}"
              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style>")
-    body = fig.to_html(full_html=False, include_plotlyjs="cdn") + "".join(parts)
+    body = ("" if fig is None else fig.to_html(full_html=False, include_plotlyjs="cdn")) + "".join(parts)
     return f"<!DOCTYPE html><html><head><meta charset='utf-8'>{style}</head><body>{body}</body></html>"
 
 
 def _num(v) -> Optional[float]:
     v = float(v)
     return v if math.isfinite(v) else None
-
-
-def _nanlist(a: np.ndarray):
-    return [[[None if not math.isfinite(v) else float(v) for v in row] for row in m] for m in a]
-
-
-def _unnan(x) -> np.ndarray:
-    return np.array([[[np.nan if v is None else v for v in row] for row in m] for m in x], dtype=np.float64)
 
 
 def _record_problem(rec, n_methods: int, n_baselines: int, n_layers: Optional[int] = None) -> Optional[str]:
@@ -291,7 +288,7 @@ def _record_problem(rec, n_methods: int, n_baselines: int, n_layers: Optional[in
         return "no 'f0'"
     for k in ("rho", "tau"):
         try:
-            a = _unnan(rec[k])
+            a = from_lists(rec[k])
         except (KeyError, TypeError, ValueError):
             return f"no valid '{k}'"
         if a.ndim != 3 or a.shape[0] != n_methods or a.shape[2] != n_baselines or \
@@ -351,8 +348,7 @@ class FolderLock:
     never leaves a stale lock behind. The file names the holder for the message a second writer gets."""
 
     def __init__(self, out: Path):
-        import fcntl
-        import socket
+        import fcntl  # POSIX only: imported where a study folder is locked
 
         self.path = out / ".lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -474,22 +470,6 @@ class StudyFolder:
         self.lock.release()
 
 
-def score_record(lm, i: int, key: str, item: dict, settings: dict) -> dict:
-    """One checked item -> its record (the same function for every engine, so the same numbers)."""
-    use_contrast = settings["use_contrast"]
-    contrast = (item["answer"], item["wrong"]) if use_contrast and item.get("answer") and item.get("wrong") else None
-    try:
-        res = score_sentence(lm, item["text"], methods=settings["methods"], baselines=settings["baselines"],
-                             contrast=contrast, ig_steps=settings["ig_steps"], include_target=settings["include_target"],
-                             max_tokens=settings["max_tokens"], options={"workers": 1}, ig_tol=settings["ig_tol"])
-    except InputError as e:
-        return dict(key=key, i=i, text=item["text"], error=str(e))
-    c = res.correlations
-    return dict(key=key, i=i, text=item["text"], n_tokens=len(res.importance.tokens), f0=res.importance.f0,
-                contrast=contrast is not None, ig_rel=res.importance.ig.get("completeness_rel"),
-                ig_steps=res.importance.ig.get("steps"), rho=_nanlist(c.rho), tau=_nanlist(c.tau))
-
-
 ENGINES = ("local", "ray")
 
 
@@ -565,8 +545,6 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
             for i, key, it in todo:
                 finished([score_record(lm, i, key, it, settings)])
         elif todo:
-            from .ray_engine import run_on_ray
-
             run_on_ray(lm, todo, settings, finished, address=address, workers=workers,
                        gpus_per_worker=gpus_per_worker, threads=threads, batch_size=batch_size, notes=notes)
     finally:
@@ -581,8 +559,8 @@ def study(lm, sentences: Sequence, methods: Optional[Sequence[str]] = None, base
         if "error" in rec:
             skipped.append((i, rec["error"]))
             continue
-        rho.append(_unnan(rec["rho"]))
-        tau.append(_unnan(rec["tau"]))
+        rho.append(from_lists(rec["rho"]))
+        tau.append(from_lists(rec["tau"]))
         records.append({k: v for k, v in rec.items() if k not in ("rho", "tau")})
     shape = (0, len(methods), n_layers, len(baselines))
     R = np.stack(rho) if rho else np.zeros(shape)
@@ -626,8 +604,8 @@ def load_study(out_dir) -> StudyResult:
         if "error" in rec:
             skipped.append((rec["i"], rec["error"]))
             continue
-        rho.append(_unnan(rec["rho"]))
-        tau.append(_unnan(rec["tau"]))
+        rho.append(from_lists(rec["rho"]))
+        tau.append(from_lists(rec["tau"]))
         records.append({k: v for k, v in rec.items() if k not in ("rho", "tau")})
     if not rho:
         raise AttnvizError(f"{out} holds no finished sentence yet")

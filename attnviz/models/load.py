@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ModelLoadError
 from ..resources import models_dir
-from .check import CHECK_TOL, PROBE, SelfCheck  # noqa: F401 - re-exported (tests, callers)
+from .check import SelfCheck, self_check
 from .families import Architecture, UnsupportedArchitecture, read_architecture
 
 # any one of these makes a folder's tokenizer loadable (without one, transformers builds an empty one)
@@ -500,7 +500,6 @@ def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool =
     lm = LoadedModel(spec=spec, source=source, model=model, tokenizer=tokenizer, arch=arch,
                      task=task_of(model), unsupported_reason=reason)
     if check and arch is not None:
-        from ..trace import self_check
         lm.check = self_check(lm)
     return lm
 
