@@ -772,6 +772,7 @@ def test_a_seed_that_cannot_be_compared_is_left_out(monkeypatch):
     """A seed whose tokenizer splits the sentence differently: the frontier is still drawn, the other
     seeds are still compared, and the page says which seed was left out and why."""
     from attnviz import adversarial as A
+    from attnviz.adversarial import pipeline
     from attnviz.errors import InputError
     from attnviz.models.load import builtin_names
 
@@ -785,7 +786,7 @@ def test_a_seed_that_cannot_be_compared_is_left_out(monkeypatch):
                              "their attention cannot be compared")
         return real(lm, others, *a, **k)
 
-    monkeypatch.setattr(A, "seed_baseline", fake)
+    monkeypatch.setattr(pipeline, "seed_baseline", fake)
     at = open_app_page("adversarial", "builtin:agreement", SENTENCE)
     for key, v in (("adv_steps", 20), ("adv_points", 4), ("adv_restarts", 1), ("adv_jw_steps", 0)):
         at.number_input(key=key).set_value(v)

@@ -168,9 +168,11 @@ def test_explore_hide_special_renormalises_and_merge_words(app_spec, lm):
 
 def test_slider_move_does_not_recompute(app_spec, monkeypatch):
     at = new_app(app_spec).run()
+    from attnviz import jobs
+
     calls = []
     real = attnviz.analyze
-    monkeypatch.setattr(attnviz, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(jobs, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
     for layer in (2, 3, 2):
         at.slider(key="layer").set_value(layer).run()
     at.selectbox(key="head").set_value("1").run()
@@ -408,7 +410,7 @@ def test_flow_above_the_cost_limit_asks_first(app_spec, lm):
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0  # every method with a cost estimate (flow) counts as long
-    ui._progress_cache.clear()  # flow for this text may be cached by an earlier test (then nothing is asked)
+    ui.RESULTS.clear()  # flow for this text may be cached by an earlier test (then nothing is asked)
     try:
         at = new_app(app_spec, methods="attention,flow").run()
         no_exception(at)
@@ -682,6 +684,7 @@ def test_cancel_stops_the_slow_maps_and_the_app_keeps_running(app_spec, lm, monk
     """Cancel pressed while the slow maps run (the Cancel button's callback called from inside the
     computation): the computation stops at its next progress report, the page says "Cancelled", the
     cheap map stays drawn and the sliders still work; the button under the note computes them."""
+    from attnviz import jobs
     from attnviz.app import ui
 
     real = attnviz.analyze
@@ -697,7 +700,7 @@ def test_cancel_stops_the_slow_maps_and_the_app_keeps_running(app_spec, lm, monk
             seen["finished"] += 1
         return out
 
-    monkeypatch.setattr(attnviz, "analyze", pressing_cancel)
+    monkeypatch.setattr(jobs, "analyze", pressing_cancel)
     # a sentence no other test uses: its maps are in no cache yet
     at = new_app(app_spec, methods="attention,value_norm", text="the cats near the old door [MASK] here .").run()
     no_exception(at)
@@ -715,40 +718,6 @@ def test_cancel_stops_the_slow_maps_and_the_app_keeps_running(app_spec, lm, monk
     z = [arr(tr["z"]) for tr in chart(at, "maps")["data"]]
     assert len(z) == 2
     np.testing.assert_allclose(z[1], ref.maps["value_norm"].layer[1], rtol=1e-5)
-
-
-def test_cancellable_progress_stops_analyze_between_methods(app_spec, lm):
-    """schedule.cancellable: once the flag is up, analyze stops at the next progress report, so later
-    methods are never computed (counted by wrapping their compute)."""
-    from attnviz import METHODS, schedule
-
-    flag, stages = [False], []
-
-    def progress(stage, f):
-        stages.append(stage)
-        if stage == "attention":
-            flag[0] = True  # "Cancel" pressed while attention runs
-
-    with pytest.raises(schedule.Cancelled):
-        attnviz.analyze(lm, "the dogs [MASK] happy .", methods=["attention", "value_norm", "rollout"],
-                        progress=schedule.cancellable(progress, lambda: flag[0]))
-    assert stages == ["attention"]  # value_norm and rollout never started
-    assert METHODS["attention"].cost == "cheap" and schedule.split_cheap(["value_norm", "rollout", "attention"]) == (
-        ("rollout", "attention"), ("value_norm",))
-
-
-def test_method_limit_names_the_longest_offered_text(lm):
-    """limit_reason: a method whose own estimate passes the limit is not offered, and the length it
-    names is the longest whose estimate stays under the limit (checked by a plain scan)."""
-    from attnviz import schedule
-
-    est = lambda n: schedule.estimate_seconds(lm, "flow", n)  # noqa: E731
-    limit = est(40) * 1.5
-    longest = max(n for n in range(1, 200) if est(n) <= limit)
-    assert schedule.limit_reason(lm, "flow", longest, limit) is None
-    why = schedule.limit_reason(lm, "flow", 199, limit)
-    assert why and f"offered up to {longest} tokens" in why
-    assert schedule.limit_reason(lm, "attention", 10_000, limit) is None  # no estimate: no limit
 
 
 def test_the_prediction_says_when_it_may_mean_little(app_spec, lm):
@@ -849,7 +818,7 @@ def test_faithfulness_says_its_estimate_and_waits_when_long(app_spec, lm):
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0
-    ui._progress_cache.clear()
+    ui.RESULTS.clear()
     try:
         text = "the keys to the cabinet [MASK] on the table ."
         at = new_app(app_spec, page="faithfulness", text=text, methods="attention").run()

@@ -196,7 +196,7 @@ def test_context_mixing_page_says_its_estimate_and_waits_when_long(minilm):
 
     old = ui.ASK_SECONDS
     ui.ASK_SECONDS = 0.0
-    ui._progress_cache.clear()
+    ui.RESULTS.clear()
     try:
         at = open_app_page("context_mixing", "pkg:minilm", SENTENCE)
         assert not at.exception, [e.value for e in at.exception]

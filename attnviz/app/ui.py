@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Optional, Sequence
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 import attnviz
-from attnviz import METHODS, InputError, ModelLoadError, plots, schedule
+from attnviz import METHODS, InputError, ModelLoadError, plots
+from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,
+                          view_jobs)
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
 
 
@@ -507,80 +508,36 @@ def page(title: str, caption: str):
     return lm
 
 
-_PENDING: dict = {}  # key -> result just computed with a progress bar, handed to the cache below
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def _progress_cache(key: tuple):
-    """st.cache_data of long results: filled right after a computation (which shows its progress, something
-    a cached function cannot do), read back instantly later; KeyError when this key was never computed."""
-    return _PENDING.pop(key)
+# finished results of long computations (the analyses and the pages' jobs), shared by every session:
+# the 64 used last are kept (attnviz.jobs.ResultCache); they are shared, never changed in place
+RESULTS = ResultCache(maxsize=64)
 
 
 def cached_result(key: tuple):
     """The result with_progress computed for key, or None."""
-    try:
-        return _progress_cache(key)
-    except KeyError:
-        return None
-
-
-def time_left(elapsed: float, f: float, estimate: Optional[float] = None) -> str:
-    """" — about 12 s left" from the share f of the work done in `elapsed` seconds; while too little is
-    done to say (under 5 %, or the first second), from `estimate` (the seconds said before the start) if
-    given, else ""."""
-    if f > 0.05 and elapsed > 1.0:
-        return f" — about {secs(elapsed / f * (1 - f))} left"
-    return f" — about {secs(max(estimate - elapsed, 0.0))} left" if estimate is not None else ""
+    return RESULTS.get(key)
 
 
 def with_progress(key: tuple, compute, what: str, cancel_key=None):
-    """compute(progress) once per key (cached for every session), with a progress bar that names the
-    stage and the time left; progress(f) or progress(stage, f) with f in [0, 1]. cancel_key: the
-    progress callback raises schedule.Cancelled once that key is in the session's cancelled set (the
-    Cancel button's callback puts it there; Streamlit also stops the running script at the button's
-    click, at the bar's next update)."""
-    try:
-        return _progress_cache(key)
-    except KeyError:
-        pass
+    """compute(progress) once per key (cached for every session in RESULTS), with a progress bar that names
+    the stage and the time left; progress(f) or progress(stage, f) with f in [0, 1] (attnviz.jobs.run).
+    cancel_key: the progress callback raises jobs.Cancelled once that key is in the session's cancelled set
+    (the Cancel button's callback puts it there; Streamlit also stops the running script at the button's
+    click, at the bar's next update); nothing is cached then."""
+    got = RESULTS.get(key)
+    if got is not None:
+        return got
     bar = st.progress(0.0, text=f"{what}…")
-    t0 = time.perf_counter()
 
-    def progress(*args) -> None:
-        stage, f = (args[0], args[1]) if len(args) == 2 else (None, args[0])
-        left = time_left(time.perf_counter() - t0, f)
+    def report(stage, f, left) -> None:
         name = "" if stage is None else (method_label(stage) if stage in METHODS else str(stage)) + ", "
-        bar.progress(min(1.0, max(0.0, f)), text=f"{what}: {name}{100 * f:.0f} %{left}")
-        if PROGRESS_PAUSE > 0:
-            time.sleep(PROGRESS_PAUSE)
+        bar.progress(f, text=f"{what}: {name}{100 * f:.0f} %{left}")
 
-    if cancel_key is not None:
-        progress = schedule.cancellable(progress, lambda: cancel_key in st.session_state.get("_cancelled", set()))
+    cancelled = None if cancel_key is None else (lambda: cancel_key in st.session_state.get("_cancelled", set()))
     try:
-        _PENDING[key] = compute(progress)
-        return _progress_cache(key)
+        return RESULTS.run(key, compute, report=report, cancelled=cancelled, pause=PROGRESS_PAUSE)
     finally:
-        _PENDING.pop(key, None)
         bar.empty()
-
-
-def _analyze(spec_: str, text_: str, methods: tuple, target: Optional[int], cap_: int, mixing: bool = True,
-             what: str = "Analysing the sentence", cancel_key=None):
-    """attnviz.analyze, cached; while it runs, a progress bar with the stage and the time left."""
-    lm = _load(spec_)
-    return with_progress(("analyze", spec_, text_, methods, target, cap_, mixing),
-                         lambda progress: attnviz.analyze(lm, text_, methods=list(methods), target=target,
-                                                          max_tokens=cap_, progress=progress, mixing=mixing),
-                         what, cancel_key)
-
-
-def _apart(spec_: str, text_: str, target_: Optional[int], cap_: int, method: str, est: float, cancel_key=None):
-    """One method with a cost estimate, computed on its own (cached for every session), with a progress bar."""
-    lm = _load(spec_)
-    return with_progress(("apart", spec_, text_, target_, cap_, method),
-                         lambda progress: schedule.compute_apart(lm, text_, target_, cap_, method, progress),
-                         f"Computing {method_label(method).lower()} (estimated {secs(est)})", cancel_key)
 
 
 def _confirm(key) -> None:
@@ -604,55 +561,13 @@ def study_timing_sentences(sentence_seconds: float, n_tokens: int, set_tokens: O
     return 1
 
 
-def secs(x: float) -> str:
-    """An estimate in words: 0.4 s, 12 s, 3 min."""
-    return f"{x:.1f} s" if x < 10 else f"{x:.0f} s" if x < 120 else f"{x / 60:.0f} min"
-
-
-class Job:
-    """A long computation of a view, run after the cheap maps are drawn: key (its cache key and the key of
-    its buttons), what it computes (method names), the estimate, and run(cancel_key) -> its result."""
-
-    def __init__(self, key: tuple, methods: tuple, est: float, label: str, run, note: str = ""):
-        self.key, self.methods, self.est, self.label, self.run = key, methods, est, label, run
-        self.note = note  # said after the estimate (e.g. its worst case)
-        self.slug = "_".join(methods) or "mixing"  # in the buttons' keys
-
-
-def _jobs(s, t, target_, c, n, rest, p, trace_seconds, mixing) -> list:
-    """The long parts of a view: the non-cheap methods (with the mixing ratios when asked for) in one
-    analyze() call, each method with its own estimate apart."""
-    jobs = []
-    if rest or mixing:
-        est = schedule.rough_seconds(rest, n, trace_seconds, mixing)
-        names = ", ".join(method_label(m) for m in rest) or "the context-mixing ratios"
-        jobs.append(Job(("analyze", s, t, rest, target_, c, mixing), rest, est, names,
-                        lambda ck, est=est, names=names: _analyze(s, t, rest, target_, c, mixing,
-                                                                  f"Computing {names} (estimated {secs(est)})", ck)))
-    for m, est in {**p.apart, **p.ask}.items():
-        jobs.append(Job(("apart", s, t, target_, c, m), (m,), est, method_label(m),
-                        lambda ck, m=m, est=est: _apart(s, t, target_, c, m, est, ck)))
-    return jobs
-
-
-def _merge(a, res, job) -> None:
-    if job.key[0] == "apart":
-        a.maps[job.methods[0]] = res
-    else:
-        a.maps.update(res.maps)
-        a.mixing.update(res.mixing)
-        a.disabled.update(res.disabled)
-        a.timings.update({k: v for k, v in res.timings.items() if k != "trace"})
-        a.notes.extend(x for x in res.notes if x not in a.notes)
-
-
-def run_job(job: "Job", n_tokens: int):
-    """One long computation of a page (not a map of the analysis) by run_jobs' rules -> its result, or
-    None when it waits for its button, was cancelled or failed (the page has said which)."""
-    got = cached_result(job.key)
+def run_job(job: Job, n_tokens: int):
+    """One long computation of a page (an attnviz.jobs.Job, not a map of the analysis) by run_jobs' rules
+    -> its result, or None when it waits for its button, was cancelled or failed (the page has said which)."""
+    got = RESULTS.get(job.key)
     if got is None:
         run_jobs(_Pending([job], n_tokens))
-        got = cached_result(job.key)
+        got = RESULTS.get(job.key)
     return got
 
 
@@ -674,24 +589,24 @@ def run_jobs(a, where=None) -> bool:
         ss = st.session_state
         with box:
             if job.key in ss.get("_cancelled", set()):
-                st.info(f"Cancelled: {plain(job.label)} (estimated {secs(job.est)}) was not computed.",
+                st.info(f"Cancelled: {plain(job.label)} (estimated {secs(job.estimate)}) was not computed.",
                         icon=":material/cancel:")
-                st.button(f"Compute {job.label} (about {secs(job.est)})", key=f"again_{job.slug}_{abs(hash(job.key))}",
+                st.button(f"Compute {job.label} (about {secs(job.estimate)})", key=f"again_{job.slug}_{abs(hash(job.key))}",
                           on_click=_confirm, args=(job.key,))
                 continue
-            if job.est > ASK_SECONDS and job.key not in ss.get("_asked", set()):
+            if job.estimate > ASK_SECONDS and job.key not in ss.get("_asked", set()):
                 st.warning(f"Computing {plain(job.label)} for {len(a.tokens)} tokens would take about "
-                           f"{secs(job.est)}{job.note}. It is left out until you ask for it.", icon=":material/hourglass:")
-                st.button(f"Compute {job.label} (about {secs(job.est)})", key=f"ask_go_{job.slug}_{abs(hash(job.key))}",
+                           f"{secs(job.estimate)}{job.note}. It is left out until you ask for it.", icon=":material/hourglass:")
+                st.button(f"Compute {job.label} (about {secs(job.estimate)})", key=f"ask_go_{job.slug}_{abs(hash(job.key))}",
                           on_click=_confirm, args=(job.key,))
                 continue
             slot = st.empty()
             slot.button("Cancel", key=f"cancel_{job.slug}_{abs(hash(job.key))}", on_click=_cancel, args=(job.key,),
                         icon=":material/cancel:", help=f"Stop computing {job.label}; the maps drawn stay.")
             try:
-                job.run(job.key)
+                with_progress(job.key, job.compute, job.what, job.key)
                 new = True
-            except schedule.Cancelled:
+            except Cancelled:
                 _cancel(job.key)
                 st.info(f"Cancelled: {plain(job.label)} was not computed.", icon=":material/cancel:")
             except InputError as e:
@@ -703,17 +618,6 @@ def run_jobs(a, where=None) -> bool:
     return new
 
 
-def _take_cached(a, jobs) -> None:
-    """Merges into a every job whose result is in the cache; the others become a.pending."""
-    a.pending = []
-    for job in jobs:
-        res = cached_result(job.key)
-        if res is not None:
-            _merge(a, res, job)
-        else:
-            a.pending.append(job)
-
-
 def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
              text_: Optional[str] = None, stream: bool = False,
              mixing: bool = False) -> Optional["attnviz.Analysis"]:
@@ -721,8 +625,8 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
     error box) when the model or the text cannot be used. methods: default the selected ones.
 
     The cheap maps (attention, rollout: the trace alone) come first, in one analyze() call; the rest
-    (one call with the mixing ratios; each method with its own cost estimate apart, see
-    attnviz.schedule) are "jobs" with an estimate. stream=True: only what is cached is merged in, the
+    (one call with the mixing ratios; each method with its own cost estimate apart) are jobs with an
+    estimate (attnviz.jobs.plan_view, view_jobs). stream=True: only what is cached is merged in, the
     others are listed in a.pending for run_jobs() (Explore draws the cheap maps first, then runs them).
     stream=False: the jobs run here (ask=False: only cached ones are used, nothing is drawn, e.g. inside a
     fragment). mixing: compute the context-mixing ratios too (Explore's exports). text_: another sentence than the sidebar's (the minimal pair), analysed at its automatic target."""
@@ -731,35 +635,29 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
         return None
     if methods is None:
         methods = st.session_state.get("methods") or DEFAULT_METHODS
-    methods = tuple(m for m in methods if m in METHODS)
     s, t, c = spec(), (text() if text_ is None else str(text_)), cap()
     target_ = target() if text_ is None else None
     try:
-        enc, target_, fell_back = schedule.encode_or_automatic(lm, t, c, target_)
-        if fell_back:  # a row left over from another text: back to the automatic target
+        vp = plan_view(lm, s, t, methods, target_, c)  # every estimate is asked about in run_jobs
+        if vp.fell_back:  # a row left over from another text: back to the automatic target
             try:
                 st.session_state.target = AUTO
             except StreamlitAPIException:  # the row picker is already drawn in this run
                 pass
-        n = len(enc.tokens)
-        p = schedule.plan(lm, methods, n, float("inf"))  # every estimate is asked about in run_jobs
-        cheap, rest = schedule.split_cheap(p.now)
-        a = _analyze(s, t, cheap, target_, c, False)
+        first = first_job(lm, vp)
+        base = with_progress(first.key, first.compute, first.what)
     except InputError as e:
         if ask:
             show_error(e)
         return None
-    jobs = _jobs(s, t, target_, c, n, rest, p, a.timings.get("trace", 0.1), mixing)
-    _take_cached(a, jobs)
+    todo = view_jobs(lm, vp, base.timings.get("trace", 0.1), mixing)
+    a, pending = take_cached(base, todo, RESULTS.get, vp)
     if not ask:
-        a.pending = []
-    elif a.pending and not stream:
-        before = list(a.pending)
-        run_jobs(a)
-        _take_cached(a, before)
-    for m, why in p.limited.items():
-        a.disabled[m] = why
-    a.maps = {m: a.maps[m] for m in methods if m in a.maps}
+        pending = []
+    elif pending and not stream:
+        run_jobs(_Pending(pending, vp.n_tokens))
+        a, pending = take_cached(base, todo, RESULTS.get, vp)
+    a.pending = pending
     return a
 
 

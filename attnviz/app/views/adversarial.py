@@ -6,7 +6,6 @@ Wallace (2019) and Wiegreffe & Pinter (2019); sliders then move along it instant
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import plotly.graph_objects as go
@@ -15,7 +14,9 @@ from plotly.subplots import make_subplots
 
 from attnviz import adversarial as A
 from attnviz import plots
+from attnviz.adversarial.pipeline import run_pipeline
 from attnviz.errors import AttnvizError, InputError
+from attnviz.jobs import Cancelled, ResultCache, run
 from attnviz.trace import encode
 from attnviz.app import ui
 
@@ -94,29 +95,13 @@ key = (lm.spec, enc.text, enc.target, ui.cap(), site, lambdas, steps, restarts, 
        tuple(seed_specs) if use_seeds else ())
 
 
-def _compute(lm, text, target, cap, site, lambdas, steps, restarts, jw_steps, seeds, progress):
-    """The frontier, Jain & Wallace's search and the seed baseline for one key (with progress)."""
-    fr = A.frontier(lm, text, site, lambdas=list(lambdas), steps=steps, restarts=restarts, target=target,
-                    max_tokens=cap, progress=lambda stage, f: progress(stage, 0.75 * f))
-    jw = None
-    if jw_steps:
-        jw = A.jain_wallace(lm, text, site, steps=jw_steps, target=target, max_tokens=cap,
-                            progress=lambda stage, f: progress("Jain & Wallace search", 0.75 + 0.2 * f))
-    skipped = []  # a seed that cannot be compared on this sentence is left out, with its reason
-    if seeds:
-        progress("other seeds", 0.97)
-        fr.seeds = []
-        for spec in seeds:
-            try:
-                fr.seeds += A.seed_baseline(lm, [ui._load(spec)], text, site, target=target)
-            except (AttnvizError, InputError) as e:
-                skipped.append(str(e))
-    return dict(frontier=fr, jw=jw, seeds_skipped=skipped)
-
-
 b1, b2 = st.columns([2, 3])  # wide enough for the whole button label at 1024 px
-# results live in this session's state, keyed by everything they depend on (the last few kept)
-results = ss.setdefault("adv_results", {})
+# results live in this session's state, keyed by everything they depend on (the 8 used last kept), and
+# so do the estimates (32)
+results = ss.setdefault("adv_results", ResultCache(maxsize=8))
+ests = ss.setdefault("adv_estimates", ResultCache(maxsize=32))
+CANCELLED = ("Cancelled: the search was stopped and nothing of it was kept. Fewer λ values, restarts or steps "
+             "(Search settings), a shorter text or a head in a higher layer make it faster.")
 
 
 def _stop_search() -> None:
@@ -124,28 +109,26 @@ def _stop_search() -> None:
 
 
 if ss.pop("adv_cancelled", False):  # the Cancel click reran the page: the search stopped where it was
-    st.info("Cancelled: the search was stopped and nothing of it was kept. Fewer λ values, restarts or steps "
-            "(Search settings), a shorter text or a head in a higher layer make it faster.", icon=":material/cancel:")
+    st.info(CANCELLED, icon=":material/cancel:")
 if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:", type="primary"):
     stop = st.empty()
     stop.button("Cancel", key="adv_cancel", icon=":material/cancel:", on_click=_stop_search,
                 help="Stop the search (it stops at its next progress report); nothing of it is kept.")
     bar = st.progress(0.0, text="Searching for adversarial attention…")
-    t0 = time.perf_counter()
 
-    est = ss.get("adv_estimates", {}).get(key)
-
-    def progress(stage, f):
-        left = ui.time_left(time.perf_counter() - t0, f, est)  # from the estimate shown, then the share done
-        bar.progress(min(1.0, max(0.0, f)), text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %{left}")
-        if ui.PROGRESS_PAUSE > 0:
-            time.sleep(ui.PROGRESS_PAUSE)
+    def report(stage, f, left):  # the time left from the estimate shown, then from the share done
+        bar.progress(f, text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %{left}")
 
     try:
-        results[key] = _compute(lm, ui.text(), enc.target, ui.cap(), site, lambdas, steps, restarts, jw_steps,
-                                tuple(seed_specs) if use_seeds else (), progress)
-        while len(results) > 8:
-            results.pop(next(iter(results)))
+        results.put(key, run(lambda progress: run_pipeline(
+            lm, ui.text(), site, lambdas=lambdas, steps=steps, restarts=restarts, jw_steps=jw_steps,
+            seeds=tuple(seed_specs) if use_seeds else (), target=enc.target, max_tokens=ui.cap(),
+            progress=progress, load=ui._load),
+            report=report, cancelled=lambda: ss.get("adv_cancelled", False), estimate=ests.get(key),
+            pause=ui.PROGRESS_PAUSE))
+    except Cancelled:
+        ss.pop("adv_cancelled", None)
+        st.info(CANCELLED, icon=":material/cancel:")
     except (AttnvizError, InputError) as e:
         ui.show_error(e)
     finally:
@@ -156,27 +139,24 @@ res = results.get(key)
 if res is None:
     # the time it will take, from a few timed steps of this very search (cached per setting): at a
     # head in layer 1 of SmolLM2 it is minutes, at the top layer of the built-in model seconds
-    ests = ss.setdefault("adv_estimates", {})
     if key not in ests:
         try:
             with st.spinner("Timing a step of the search…"):
-                ests[key] = A.estimate_seconds(lm, ui.text(), site, lambdas=list(lambdas), steps=steps,
-                                               restarts=restarts, target=enc.target, jw_steps=jw_steps,
-                                               max_tokens=ui.cap())
+                ests.put(key, A.estimate_seconds(lm, ui.text(), site, lambdas=list(lambdas), steps=steps,
+                                                 restarts=restarts, target=enc.target, jw_steps=jw_steps,
+                                                 max_tokens=ui.cap()))
         except (AttnvizError, InputError) as e:
             ui.show_error(e)
             st.stop()
-        while len(ests) > 32:
-            ests.pop(next(iter(ests)))
     b2.caption(f"{len(lambdas)} λ × {restarts} restart{'s' if restarts != 1 else ''} = a batch of {len(lambdas) * restarts}"
                + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
                + f", {steps} steps, "
                f"for {site.label()} at the target '{ui.plain(plots.readable_token(enc.tokens[enc.target]))}' (position {enc.target}). "
-               f"**Press the button: about {ui.secs(ests[key])}** (timed from a few steps on this "
+               f"**Press the button: about {ui.secs(ests.get(key))}** (timed from a few steps on this "
                "machine; fewer λ values, restarts or steps, or a head in a higher layer make it faster).")
     st.stop()
 
-fr, jw = res["frontier"], res["jw"]
+fr, jw = res.frontier, res.jw
 for note in fr.notes:
     st.info(ui.plain(note), icon=":material/info:")
 
@@ -357,7 +337,7 @@ def explore(fr, jw):
     lines = [f"- **Permutations** ({len(fr.perm_jsd)}): JSD median {pm['jsd_median']:.3f}, TVD median "
              f"{pm['tvd_median']:.4f} (range {pm['tvd_min']:.4f}–{pm['tvd_max']:.4f}).",
              f"- **Uniform α**: JSD {fr.uniform[0]:.3f}, TVD {fr.uniform[1]:.4f}."]
-    for why in res.get("seeds_skipped", []):
+    for why in res.seeds_skipped:
         lines.append(f"- left out: {ui.plain(why)}.")
     for s in fr.seeds:
         lines.append(f"- **{ui.plain(s.spec)}** (another seed): attention JSD {s.jsd:.3f}, output TVD {s.tvd:.4f}; "

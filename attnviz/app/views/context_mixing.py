@@ -7,7 +7,8 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from attnviz import context, plots, schedule
+from attnviz import context, plots
+from attnviz.jobs import Job, rough_seconds
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
 from attnviz.app import ui
@@ -58,11 +59,11 @@ def _sentence(spec: str, text: str, cap: int, steps: int, lm):
     a0 = ui.analysis(["attention"])  # cheap and cached: the tokens and the trace's time on this text
     if a0 is None:
         return None
-    est = schedule.rough_seconds([context.BEFORE, context.AFTER], len(a0.tokens), a0.timings.get("trace", 0.1))
+    est = rough_seconds([context.BEFORE, context.AFTER], len(a0.tokens), a0.timings.get("trace", 0.1))
     what = f"Splitting every layer into per-source parts (estimated {ui.secs(est)})"
-    job = ui.Job(key, ("context_mixing",), est, "the split of every layer into per-source parts",
-                 lambda ck: ui.with_progress(key, lambda progress: context.sentence_mixing(
-                     lm, text, target=None, max_tokens=cap, steps=steps, progress=progress), what, ck))
+    job = Job(key, ("context_mixing",), est, "the split of every layer into per-source parts",
+              lambda progress: context.sentence_mixing(lm, text, target=None, max_tokens=cap, steps=steps,
+                                                       progress=progress), what=what)
     return ui.run_job(job, len(a0.tokens))
 
 

@@ -17,6 +17,7 @@ from attnviz import plots
 from attnviz.errors import AttnvizError, InputError
 from attnviz.faithfulness import figures
 from attnviz.faithfulness.correlation import DOMINATED_SHARE
+from attnviz.jobs import Job, ResultCache, run
 
 from attnviz.app import ui
 
@@ -118,12 +119,11 @@ _est = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps))
 _worst = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps), F.IG_MAX_STEPS)
 _note = (f", up to {ui.secs(_worst)} if integrated gradients must double their {int(ig_steps)} steps up to "
          f"{F.IG_MAX_STEPS} to reach a 1 % completeness error" if _worst > 1.5 * _est else "")
-_job = ui.Job(_key, ("importance",), _est, "the token importance",
-              lambda ck: ui.with_progress(_key, lambda progress: _score(lm, a, _maps, tuple(baselines), contrast,
-                                                                        int(ig_steps), bool(include_target), progress),
-                                          f"Measuring token importance (estimated {ui.secs(_est)}"
-                                          + (f", at most {ui.secs(_worst)}" if _note else "") + ")", ck),
-              note=_note)
+_job = Job(_key, ("importance",), _est, "the token importance",
+           lambda progress: _score(lm, a, _maps, tuple(baselines), contrast, int(ig_steps), bool(include_target),
+                                   progress),
+           note=_note, what=f"Measuring token importance (estimated {ui.secs(_est)}"
+                            + (f", at most {ui.secs(_worst)}" if _note else "") + ")")
 _res = ui.run_job(_job, len(a.tokens))
 if _res is None:  # asked for, cancelled or failed: the page says which above
     st.stop()
@@ -265,9 +265,9 @@ st.caption("The same correlations averaged over held-out agreement sentences (ta
 
 
 @st.cache_resource
-def _study_store() -> dict:
-    """Finished studies, shared by all sessions (read-only once stored)."""
-    return {}
+def _study_store() -> ResultCache:
+    """Finished studies, shared by all sessions (read-only once stored), the 16 used last."""
+    return ResultCache(maxsize=16)
 
 
 s1, s2 = st.columns([1, 3])
@@ -285,19 +285,15 @@ if s2.button("Run the study", key="fa_study_go", icon=":material/play_arrow:"):
     if items:
         bar = st.progress(0.0, text=f"0 / {len(items)} sentences")
 
-        def progress(done, total):
-            bar.progress(done / max(total, 1), text=f"{done} / {total} sentences")
+        def _study(progress):
+            return F.study(lm, items, methods=list(corr.methods), baselines=list(corr.baselines),
+                           ig_steps=int(ig_steps), include_target=bool(include_target), ig_tol=IG_TOL,
+                           progress=lambda done, total: progress(f"{done} / {total} sentences", done / max(total, 1)))
 
         try:
-            res = F.study(lm, items, methods=list(corr.methods), baselines=list(corr.baselines),
-                          ig_steps=int(ig_steps), include_target=bool(include_target), progress=progress,
-                          ig_tol=IG_TOL)
+            store.put(key, run(_study, report=lambda stage, f, left: bar.progress(f, text=f"{stage or ''}{left}")))
         except AttnvizError as e:
             ui.show_error(e)
-        else:
-            if len(store) > 16:
-                store.pop(next(iter(store)))
-            store[key] = res
         bar.empty()
 
 @st.cache_data(show_spinner=False, max_entries=16)
