@@ -208,7 +208,7 @@ def cmd_analyze(args) -> int:
                 d["notes"].append(export.nonfinite_note(fbad, len(fbad)))
         out.write_text(json.dumps(d, ensure_ascii=False, allow_nan=False), encoding="utf-8")
         kept = "written as null and listed under 'nonfinite'"
-    from .plots import readable_token  # 'Ġare' (byte-level BPE) printed as a reader writes it: 'are'
+    from .text import readable_token  # 'Ġare' (byte-level BPE) printed as a reader writes it: 'are'
 
     pred = ", ".join(f"'{readable_token(t)}' {p:.3f}" for t, p in a.prediction[:3])
     print(f"{len(a.tokens)} tokens, target {a.target} ('{readable_token(a.tokens[a.target])}')"
@@ -282,7 +282,7 @@ def cmd_study(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    from .faithfulness.figures import study_figure  # plotly: loaded by the commands that draw only
+    from .figures.faithfulness import study_figure  # plotly: loaded by the commands that draw only
 
     paths = res.write(args.out, png=args.png, figure=study_figure(res))
     print(f"{res.n_sentences} sentences ({res.resumed} from an earlier run, {len(res.skipped)} skipped) "

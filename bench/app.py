@@ -93,7 +93,7 @@ def main(argv=None):
     import torch
     torch.set_num_threads(1)
     import attnviz
-    from attnviz import plots
+    from attnviz import figures
     from attnviz.models.load import builtin_names
     from playwright.sync_api import sync_playwright
 
@@ -113,8 +113,8 @@ def main(argv=None):
 
     # the figure the app draws at layer 1, as a static page (reference 2)
     a = attnviz.analyze(lm, TEXT, methods=METHODS.split(","))
-    view = plots.make_view(a.tokens, a.special, a.target)
-    fig = plots.heatmaps([view.apply(a.maps[m].layer[0], attnviz.METHODS[m].rows_sum_to_one) for m in METHODS.split(",")],
+    view = figures.make_view(a.tokens, a.special, a.target)
+    fig = figures.heatmaps([view.apply(a.maps[m].layer[0], attnviz.METHODS[m].rows_sum_to_one) for m in METHODS.split(",")],
                          view.labels, [f"<b>{m}</b><br>layer map" for m in METHODS.split(",")], cell_text=args.cells,
                          title="Layer 1 · all heads (layer maps)")
     static = Path(tempfile.mkdtemp()) / "static.html"

@@ -544,7 +544,7 @@ def test_adversarial_page(tokenizer):
     model's own attention and outputs and a hand-written forward with α′ in place; move the sliders."""
     import attnviz
     from attnviz.models.load import builtin_names
-    from attnviz.plots import clean_token
+    from attnviz.text import clean_token
 
     if "agreement" not in builtin_names():
         pytest.skip("builtin:agreement is not installed")

@@ -235,10 +235,10 @@ def test_heads_grid_and_open_on_explore(app_spec, lm):
 
 
 def test_heads_grid_of_a_long_text_shows_blocks(app_spec, lm):
-    """Past plots.GRID_MAX_TOKENS tokens the Heads grid shows blocks of k tokens (rows of a block
+    """Past figures.GRID_MAX_TOKENS tokens the Heads grid shows blocks of k tokens (rows of a block
     averaged, columns summed: written here as plain loops over the reference maps), says so, and the
     page stays small (at 289 tokens on MiniLM the full grid was a 322 MB message Streamlit refused)."""
-    from attnviz import plots
+    from attnviz import figures
 
     text = " ".join(["the keys to the cabinet near the old door"] * 7) + " [MASK] on the table ."
     at = new_app(app_spec, text=text).run()
@@ -246,7 +246,7 @@ def test_heads_grid_of_a_long_text_shows_blocks(app_spec, lm):
     no_exception(at)
     ref = reference(lm, text, ["attention"]).maps["attention"]
     n = ref.layer.shape[-1]
-    k = -(-n // plots.GRID_MAX_TOKENS)
+    k = -(-n // figures.GRID_MAX_TOKENS)
     assert k > 1
     blocks = [list(range(s, min(s + k, n))) for s in range(0, n, k)]
 

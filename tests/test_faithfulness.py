@@ -158,7 +158,7 @@ def test_leave_one_out_says_when_deletion_shifts_absolute_positions(make_tiny, f
 def test_importance_figure_wraps_a_long_target_title():
     """A long target label is wrapped (it ran off a 1024 px screen on one line), escaped, and says the
     same words; the top margin grows with the lines."""
-    from attnviz.faithfulness.figures import importance_figure
+    from attnviz.figures import importance_figure
 
     label = ("cosine of the final hidden state at position 34 ([MASK]) to its unperturbed value, "
              "with a <b>token</b>")
@@ -549,7 +549,7 @@ def test_adaptive_integrated_gradient_steps(tokenizer):
 def test_every_importance_panel_names_its_tokens():
     """The stacked bars: each panel (baselines, then the maps' rows) shows the token labels of the
     attributed positions under its own bars, in position order."""
-    from attnviz.faithfulness.figures import importance_figure
+    from attnviz.figures import importance_figure
 
     tokens = ["[CLS]", "the", "keys", "[MASK]", "[SEP]"]
     imp = types.SimpleNamespace(positions=[1, 2], tokens=tokens, target=types.SimpleNamespace(label="p('are')"),

@@ -1,5 +1,6 @@
-"""attnviz.plots and attnviz.export against plain references: loops, brute-force path enumeration,
-igraph max-flow (a different implementation from the networkx one plots uses)."""
+"""attnviz.figures, attnviz.text and attnviz.export against plain references: loops, brute-force path
+enumeration, networkx's max-flow and the flow method's compiled kernel (the flow graph's edge flows
+come from igraph, through attnviz.methods.flow.edge_flows)."""
 from __future__ import annotations
 
 import itertools
@@ -9,7 +10,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from attnviz import export, plots
+from attnviz import export, figures, text
 
 
 def _stochastic(rng, *shape):
@@ -22,7 +23,7 @@ def _stochastic(rng, *shape):
 
 def test_token_labels_carry_position_and_are_escaped():
     toks = ["[CLS]", "the", "<script>", "the", "a&b", "[SEP]"]
-    labels = plots.token_labels(toks)
+    labels = text.token_labels(toks)
     assert labels == ["0·[CLS]", "1·the", "2·&lt;script&gt;", "3·the", "4·a&amp;b", "5·[SEP]"]
     assert len(set(labels)) == len(labels)  # duplicates ("the") stay distinct categories
 
@@ -48,14 +49,14 @@ def test_readable_token_decodes_byte_level_entries(word):
     the app once missed (SmolLM2's next token after 'caf' was shown as 'Ã©')."""
     table = _gpt2_byte_chars()
     entry = "".join(table[b] for b in word.encode("utf-8"))
-    assert plots.readable_token(entry) == word.strip(" ").replace("\n", "↵")
+    assert text.readable_token(entry) == word.strip(" ").replace("\n", "↵")
 
 
 @pytest.mark.parametrize("entry", ["café", "naïve", "##é", "[CLS]", "über", "Ã"])
 def test_readable_token_keeps_wordpiece_entries(entry):
     """WordPiece / plain entries stay as they are, also those whose Latin-1 letters are no valid UTF-8
     as bytes; a lone lead byte ('Ã') is not decoded to a replacement character."""
-    assert plots.readable_token(entry) == entry
+    assert text.readable_token(entry) == entry
 
 
 # ------------------------------------------------------------------------------------ word groups and views
@@ -64,17 +65,17 @@ def test_readable_token_keeps_wordpiece_entries(entry):
 def test_word_groups_wordpiece_and_word_ids():
     toks = ["[CLS]", "the", "xy", "##lo", "##phone", ".", "[SEP]"]
     special = [True, False, False, False, False, False, True]
-    assert plots.word_groups(toks, special) == [[0], [1], [2, 3, 4], [5], [6]]
+    assert text.word_groups(toks, special) == [[0], [1], [2, 3, 4], [5], [6]]
     # word_ids decide when given (None = special token)
     wid = [None, 0, 1, 1, 2, 3, None]
-    assert plots.word_groups(toks, special, wid) == [[0], [1], [2, 3], [4], [5], [6]]
-    assert plots.group_text(toks, [2, 3, 4]) == "xylophone"
+    assert text.word_groups(toks, special, wid) == [[0], [1], [2, 3], [4], [5], [6]]
+    assert text.group_text(toks, [2, 3, 4]) == "xylophone"
     # byte-level BPE: a token without the word-start mark continues the previous word
     bpe = ["Ġthe", "Ġcab", "inet", "Ġis"]
-    assert plots.word_groups(bpe, [False] * 4) == [[0], [1, 2], [3]]
-    assert plots.group_text(bpe, [1, 2]) == "cabinet"
+    assert text.word_groups(bpe, [False] * 4) == [[0], [1, 2], [3]]
+    assert text.group_text(bpe, [1, 2]) == "cabinet"
     # a word whose bytes are split over pieces ('Ġna', 'Ã¯', 've' = ' naïve') reads whole once merged
-    assert plots.token_labels([plots.group_text(["Ġna", "Ã¯", "ve"], [0, 1, 2])]) == ["0·naïve"]
+    assert text.token_labels([text.group_text(["Ġna", "Ã¯", "ve"], [0, 1, 2])]) == ["0·naïve"]
 
 
 def test_view_hide_special_renormalises_rows_like_a_loop():
@@ -83,7 +84,7 @@ def test_view_hide_special_renormalises_rows_like_a_loop():
     M = _stochastic(rng, n, n)
     toks = ["[CLS]", "a", "b", "[MASK]", "c", "[SEP]"]
     special = [True, False, False, False, False, True]
-    v = plots.make_view(toks, special, target=3, hide_special=True)
+    v = figures.make_view(toks, special, target=3, hide_special=True)
     keep = [1, 2, 3, 4]
     assert [g[0] for g in v.groups] == keep
     assert v.labels == ["1·a", "2·b", "3·[MASK]", "4·c"]
@@ -101,7 +102,7 @@ def test_view_hide_special_renormalises_rows_like_a_loop():
 
 def test_view_keeps_a_special_target_row():
     toks = ["[CLS]", "a", "b", "[SEP]"]
-    v = plots.make_view(toks, [True, False, False, True], target=0, hide_special=True)
+    v = figures.make_view(toks, [True, False, False, True], target=0, hide_special=True)
     assert [g[0] for g in v.groups] == [0, 1, 2] and v.target == 0
 
 
@@ -110,7 +111,7 @@ def test_view_merge_words_sums_columns_and_averages_rows():
     toks = ["[CLS]", "the", "cab", "##inet", "[SEP]"]
     special = [True, False, False, False, True]
     M = _stochastic(rng, 5, 5)
-    v = plots.make_view(toks, special, target=2, merge_words=True)
+    v = figures.make_view(toks, special, target=2, merge_words=True)
     assert v.groups == [[0], [1], [2, 3], [4]]
     assert v.labels[2] == "2·cabinet" and v.target == 2
     out = v.apply(M, rows_sum_to_one=True)
@@ -127,8 +128,8 @@ def test_view_merge_words_sums_columns_and_averages_rows():
 def test_heatmaps_carry_the_matrices_and_labels():
     rng = np.random.default_rng(2)
     mats = [rng.random((4, 4)), 3 * rng.random((4, 4))]
-    labels = plots.token_labels(["[CLS]", "a", "<b>", "[SEP]"])
-    fig = plots.heatmaps(mats, labels, ["m1", "m2"], ["w", "norm"], target=1)
+    labels = text.token_labels(["[CLS]", "a", "<b>", "[SEP]"])
+    fig = figures.heatmaps(mats, labels, ["m1", "m2"], ["w", "norm"], target=1)
     assert len(fig.data) == 2
     for tr, M in zip(fig.data, mats):
         np.testing.assert_array_equal(np.asarray(tr.z), M)
@@ -144,7 +145,7 @@ def test_heatmaps_carry_the_matrices_and_labels():
     assert tuple(fig.data[0].colorscale[0]) == (0.0, "rgb(247,251,255)")
     assert not fig.to_dict()["layout"]["template"]
     with pytest.raises(ValueError, match="shape"):
-        plots.heatmaps([np.zeros((3, 3))], labels, ["x"])
+        figures.heatmaps([np.zeros((3, 3))], labels, ["x"])
 
 
 def test_long_text_maps_stay_a_picture_with_thinned_row_labels():
@@ -153,33 +154,33 @@ def test_long_text_maps_stay_a_picture_with_thinned_row_labels():
     gaps between cells; a short text keeps a labelled row each TICK_PX."""
     rng = np.random.default_rng(3)
     for n, target in ((289, 137), (61, 60), (40, 5)):
-        labels = plots.token_labels([f"w{i}" for i in range(n)])
-        fig = plots.heatmaps([rng.random((n, n))], labels, ["m"], ["w"], target=target).to_dict()
+        labels = text.token_labels([f"w{i}" for i in range(n)])
+        fig = figures.heatmaps([rng.random((n, n))], labels, ["m"], ["w"], target=target).to_dict()
         y = fig["layout"]["yaxis"]
         lo, hi = y["domain"]
         paper = fig["layout"]["height"] - fig["layout"]["margin"]["t"] - fig["layout"]["margin"]["b"]
         map_px = (hi - lo) * paper
-        if n * plots.TICK_PX <= plots.LONG_MAP_PX:
-            assert map_px == pytest.approx(n * plots.TICK_PX, abs=1.5)
+        if n * figures.TICK_PX <= figures.LONG_MAP_PX:
+            assert map_px == pytest.approx(n * figures.TICK_PX, abs=1.5)
             assert y.get("tickvals") in (None, labels) and y.get("tickmode") in ("linear", "array")
             assert fig["data"][0]["ygap"] == (1 if n <= 64 else 0)
             continue
-        assert map_px == pytest.approx(plots.LONG_MAP_PX, abs=1.5)
+        assert map_px == pytest.approx(figures.LONG_MAP_PX, abs=1.5)
         assert fig["data"][0]["xgap"] == fig["data"][0]["ygap"] == (1 if n <= 64 else 0)
         shown = [labels.index(v) for v in y["tickvals"]]
         assert target in shown and 0 in shown
         px = [i * map_px / n for i in shown]
-        assert min(b - a for a, b in zip(px, px[1:])) >= plots.TICK_PX - 1e-9
-        every = -(-n * plots.TICK_PX // plots.LONG_MAP_PX)
+        assert min(b - a for a, b in zip(px, px[1:])) >= figures.TICK_PX - 1e-9
+        every = -(-n * figures.TICK_PX // figures.LONG_MAP_PX)
         assert set(range(0, n, every)) - set(shown) == {i for i in range(0, n, every) if 0 < abs(i - target) < every}
         assert "<b>" in y["ticktext"][shown.index(target)]  # the target's label stays bold red
 
 
 def test_row_bars_and_prediction_bars():
     rows = [np.array([0.1, 0.6, 0.3]), np.array([2.0, 1.0, 0.5])]
-    fig = plots.row_bars(rows, ["0·a", "1·b", "2·c"], ["A", "B"], target=1)
+    fig = figures.row_bars(rows, ["0·a", "1·b", "2·c"], ["A", "B"], target=1)
     assert [list(t.y) for t in fig.data] == [list(r) for r in rows]
-    pf = plots.prediction_bars([("is", 0.7), ("are", 0.2), ("<x>", 0.1)])
+    pf = figures.prediction_bars([("is", 0.7), ("are", 0.2), ("<x>", 0.1)])
     assert list(pf.data[0].x) == [0.7, 0.2, 0.1]
     assert list(pf.data[0].y) == ["1·is", "2·are", "3·&lt;x&gt;"]
 
@@ -188,7 +189,7 @@ def test_head_grid_layout_and_meta():
     rng = np.random.default_rng(3)
     L, H, n = 2, 3, 4
     heads = _stochastic(rng, L, H, n, n)
-    fig = plots.head_grid(heads, heads.mean(1), plots.token_labels(list("abcd")))
+    fig = figures.head_grid(heads, heads.mean(1), text.token_labels(list("abcd")))
     hm = [t for t in fig.data if t.type == "heatmap"]
     assert len(hm) == L * (H + 1)
     for t in hm:
@@ -216,7 +217,7 @@ def test_rollout_path_mass_equals_brute_force_path_enumeration():
     A = _stochastic(rng, L, n, n)
     Ah = _ares(A)
     out, src = 1, 2
-    G = plots.attention_graph(A, list("abc"), method="rollout", output=out, source=src)
+    G = figures.attention_graph(A, list("abc"), method="rollout", output=out, source=src)
     # every path (top=L, out) -> (1, a) -> (0, src) with the product of its weights
     expect = {}
     for a in range(n):
@@ -235,30 +236,59 @@ def test_rollout_mass_to_all_inputs_sums_to_one_per_level():
     rng = np.random.default_rng(5)
     L, n = 3, 4
     A = _stochastic(rng, L, n, n)
-    G = plots.attention_graph(A, list("abcd"), method="rollout", output=2)
+    G = figures.attention_graph(A, list("abcd"), method="rollout", output=2)
     for l in range(1, L + 1):
         s = sum(d["through"] for (u, v, d) in G.edges(data=True) if u[0] == l)
         assert s == pytest.approx(1.0)
 
 
-def test_flow_edge_flows_are_a_maximum_flow_matching_igraph():
-    from attnviz.methods.flow import flow as flow_igraph
+def _nx_maxflow(A, top, out, src):
+    """The max-flow value from (top, out) to (0, src) (to a super sink fed by every input when src is
+    None) by networkx's own solver on the graph written out here: an implementation independent of
+    both igraph (the figure's edge flows) and the flow method's compiled kernel."""
+    Ah = _ares(A)
+    n = A.shape[-1]
+    H = nx.DiGraph()
+    for l in range(1, top + 1):
+        for i in range(n):
+            for j in range(n):
+                H.add_edge((l, i), (l - 1, j), capacity=float(Ah[l - 1, i, j]))
+    sink = (0, src) if src is not None else "sink"
+    if src is None:
+        for j in range(n):
+            H.add_edge((0, j), "sink", capacity=float("inf"))
+    return nx.maximum_flow_value(H, (top, out), sink)
+
+
+def test_flow_edge_flows_are_a_maximum_flow():
+    """The flow graph's edge flows (from attnviz.methods.flow.edge_flows) are a feasible flow whose
+    value is the maximum: networkx's max-flow value and the flow method's own raw value (compiled
+    kernel) for the pair, to every input or to the super sink, from the top layer or a lower one."""
+    from attnviz.methods.flow import flow
 
     rng = np.random.default_rng(6)
     L, n = 3, 4
     A = _stochastic(rng, L, n, n)
-    raw = flow_igraph(A, normalize=False)  # igraph's C max-flow, per pair
-    for out, src in [(0, 3), (2, 1)]:
-        G = plots.attention_graph(A, list("abcd"), method="flow", output=out, source=src)
-        assert G.graph["total"] == pytest.approx(raw[L - 1, out, src], rel=1e-9)
+    raw = flow(A, normalize=False)  # the flow method's values (compiled Dinic, or igraph without numba)
+    for out, src, top in [(0, 3, None), (2, 1, None), (1, 2, 2), (2, None, None), (3, None, 1)]:
+        G = figures.attention_graph(A, list("abcd"), method="flow", output=out, source=src, top=top)
+        t = L if top is None else top
+        assert G.graph["total"] == pytest.approx(_nx_maxflow(A, t, out, src), rel=1e-9)
+        if src is not None:
+            assert G.graph["total"] == pytest.approx(raw[t - 1, out, src], rel=1e-9)
+        else:  # Â's rows sum to 1: all of the output's unit reaches the inputs
+            assert G.graph["total"] == pytest.approx(1.0, rel=1e-12)
         for u, v, d in G.edges(data=True):
             assert -1e-12 <= d["through"] <= d["weight"] + 1e-12
         for node in G.nodes:  # conservation at inner nodes
-            if node in ((L, out), (0, src)):
+            if node == (t, out) or node[0] == 0 and (src is None or node == (0, src)):
                 continue
             inflow = sum(G.edges[p, node]["through"] for p in G.predecessors(node))
             outflow = sum(G.edges[node, s]["through"] for s in G.successors(node))
             assert inflow == pytest.approx(outflow, abs=1e-12)
+        for l in range(1, t + 1):  # every level carries the whole flow
+            assert sum(d["through"] for u, v, d in G.edges(data=True) if u[0] == l) == pytest.approx(
+                G.graph["total"], abs=1e-12)
 
 
 def test_ratio_heatmap_short_and_long():
@@ -267,15 +297,15 @@ def test_ratio_heatmap_short_and_long():
     rng = np.random.default_rng(5)
     for n in (10, 160):
         R = rng.random((6, n))
-        labels = plots.token_labels([f"w{i}" for i in range(n)])
-        fig = plots.ratio_heatmap(R, labels, "AttnResLn-N")
+        labels = text.token_labels([f"w{i}" for i in range(n)])
+        fig = figures.ratio_heatmap(R, labels, "AttnResLn-N")
         hm = fig.data[0]
         np.testing.assert_allclose(np.asarray(hm.z, dtype=float), 100 * R.T)
         if n == 10:
             assert list(hm.y) == labels and fig.layout.height == 22 * n + 120
             continue
-        assert fig.layout.height == plots.LONG_MAP_PX + 120 < 22 * n
-        k = plots.row_label_every(n)
+        assert fig.layout.height == figures.LONG_MAP_PX + 120 < 22 * n
+        k = figures.row_label_every(n)
         assert k > 1 and list(fig.layout.yaxis.tickvals) == list(range(0, n, k))
         assert list(fig.layout.yaxis.ticktext) == [labels[i] for i in range(0, n, k)]
         assert [row[0] for row in hm.text] == labels  # every token on hover
@@ -284,9 +314,9 @@ def test_ratio_heatmap_short_and_long():
 def test_graph_figure_hides_light_edges():
     rng = np.random.default_rng(7)
     A = _stochastic(rng, 2, 5, 5)
-    G = plots.attention_graph(A, list("abcde"))
+    G = figures.attention_graph(A, list("abcde"))
     thr = 0.08
-    fig = plots.graph_figure(G, threshold=thr)
+    fig = figures.graph_figure(G, threshold=thr)
     mids = next(t for t in fig.data if t.name == "edge values")
     weights = sorted(c[3] for c in mids.customdata)
     expect = sorted(d["weight"] for *_, d in G.edges(data=True) if d["weight"] >= thr)
@@ -301,13 +331,13 @@ def test_graph_figure_top_labels_are_slanted_and_mark_the_output():
     rng = np.random.default_rng(3)
     A = _stochastic(rng, 3, 6, 6)
     toks = ["[CLS]", "cabinet", "<b>x", "[MASK]", "on", "[SEP]"]
-    G = plots.attention_graph(A, toks, method="rollout", output=3)
-    fig = plots.graph_figure(G, threshold=0.05)
+    G = figures.attention_graph(A, toks, method="rollout", output=3)
+    fig = figures.graph_figure(G, threshold=0.05)
     ann = [a for a in fig.layout.annotations if a.y == 3]
     assert [a.x for a in ann] == list(range(6))
-    assert [a.text for a in ann] == plots.token_labels(toks)  # "2·&lt;b&gt;x": escaped, not markup
+    assert [a.text for a in ann] == text.token_labels(toks)  # "2·&lt;b&gt;x": escaped, not markup
     assert all(a.textangle == -60 for a in ann)
-    assert [a.font.color for a in ann].count(plots.HIGHLIGHT) == 1 and ann[3].font.color == plots.HIGHLIGHT
+    assert [a.font.color for a in ann].count(figures.HIGHLIGHT) == 1 and ann[3].font.color == figures.HIGHLIGHT
     nodes = next(t for t in fig.data if t.name == "tokens")
     assert not nodes.text  # no upright labels on the nodes any more
     assert fig.layout.margin.t >= 5 * len("2·<b>x")
@@ -356,7 +386,7 @@ def test_npz_export_round_trip(small_analysis):
 
 @pytest.mark.slow
 def test_figure_bytes_png_and_svg():
-    fig = plots.heatmap(np.eye(3), plots.token_labels(["a", "<b>", "c"]), "t")
+    fig = figures.heatmap(np.eye(3), text.token_labels(["a", "<b>", "c"]), "t")
     png = export.figure_bytes(fig, "png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     svg = export.figure_bytes(fig, "svg").decode()
@@ -378,6 +408,6 @@ def test_layer_axis_shows_the_layers_only(L, ticks):
     import plotly.graph_objects as go
 
     fig = go.Figure(go.Bar(x=list(range(1, L + 1)), y=[1.0] * L))
-    plots.layer_axis(fig, L)
+    figures.layer_axis(fig, L)
     ax = fig.to_dict()["layout"]["xaxis"]
     assert ax["range"] == [0.5, L + 0.5] and list(ax["tickvals"]) == ticks and ax["tickmode"] == "array"

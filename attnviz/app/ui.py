@@ -17,7 +17,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 import attnviz
-from attnviz import METHODS, InputError, ModelLoadError, plots
+from attnviz import METHODS, InputError, ModelLoadError, figures
+from attnviz.text import readable_token
 from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,
                           view_jobs)
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
@@ -465,7 +466,7 @@ def contrast_tip(a, min_total: float = 1e-3) -> Optional[str]:
     if not groups:
         return None
     (w1, p1), (w2, p2) = groups[0][:2]
-    top = plots.readable_token(a.prediction[0][0]) if a.prediction else "?"
+    top = readable_token(a.prediction[0][0]) if a.prediction else "?"
     return (f"**Tip:** the target is now p('{top}'). To test agreement, type **{w1}** and **{w2}** as the "
             f"correct and wrong words (the model gives them {_p(p1)} and {_p(p2)} here; which one is "
             f"grammatical is for you to say, swap them if needed).")
@@ -676,8 +677,8 @@ def word_ids(a) -> Optional[list]:
 
 
 def view_for(a):
-    """The attnviz.plots.View for the current toggles (hide special tokens, merge subwords)."""
-    from attnviz.plots import make_view
+    """The attnviz.figures.View for the current toggles (hide special tokens, merge subwords)."""
+    from attnviz.figures import make_view
     ss = st.session_state
     merge = bool(ss.get("merge"))
     return make_view(a.tokens, a.special, a.target, hide_special=bool(ss.get("hide")),

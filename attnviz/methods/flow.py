@@ -598,6 +598,39 @@ def _column(Ares: np.ndarray, i: int) -> float:
     return float(Ares[:, i, i].min())
 
 
+def edge_flows(A: np.ndarray, output: int, source: Optional[int] = None, top: Optional[int] = None) -> tuple:
+    """One maximum flow through the layered graph, edge by edge (what the flow graph figure draws).
+
+    A [L, n, n] head-averaged attention (residual added inside, as flow()); the flow goes from
+    (top, output) (top = L by default, 1..L) down to the input node (0, source), or, with source None,
+    to a super sink joined to every input node. -> (value, F) with F [top, n, n], F[l - 1][i, j] the
+    flow on the edge (l, i) -> (l - 1, j). A maximum flow is not unique; this is igraph's (push-relabel
+    in C, the same solver as flow()'s igraph path), and its value is flow()'s raw value for the pair."""
+    import igraph as ig
+
+    Ares = with_residual(A)
+    L, n, _ = Ares.shape
+    top = L if top is None else int(top)
+    if not 1 <= top <= L:
+        raise ValueError(f"top layer {top} is outside 1..{L}")
+    for name, p in (("output", output), ("source", source)):
+        if p is not None and not 0 <= int(p) < n:
+            raise ValueError(f"{name} position {p} is outside 0..{n - 1}")
+    g, cap, _ = _graph(Ares, top - 1)  # node (level m, position p) is m * n + p
+    m = g.ecount()
+    if source is None:  # a super sink after the last node, fed by every input node; never the bottleneck
+        sink = (top + 1) * n
+        g = ig.GraphBase(sink + 1, g.get_edgelist() + [(j, sink) for j in range(n)], True)
+        cap = cap + [float(sum(cap)) + 1.0] * n
+    else:
+        sink = int(source)
+    value, flows, _, _ = g.maxflow(top * n + int(output), sink, cap)
+    F = np.zeros((top, n, n))
+    for (u, v), f in zip(g.get_edgelist()[:m], flows[:m]):
+        F[u // n - 1, u % n, v % n] = f
+    return float(value), F
+
+
 def compute(trace, *, progress=None, workers: Optional[int] = None) -> Map:
     A = trace.attention().mean(1)
     return Map("flow", flow(A, workers=workers, progress=progress), None, {"rows_sum_to_one": True})

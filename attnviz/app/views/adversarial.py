@@ -13,7 +13,8 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from attnviz import adversarial as A
-from attnviz import plots
+from attnviz import figures
+from attnviz.text import clean_token, readable_token, token_labels
 from attnviz.adversarial.pipeline import run_pipeline
 from attnviz.errors import AttnvizError, InputError
 from attnviz.jobs import Cancelled, ResultCache, run
@@ -151,7 +152,7 @@ if res is None:
     b2.caption(f"{len(lambdas)} λ × {restarts} restart{'s' if restarts != 1 else ''} = a batch of {len(lambdas) * restarts}"
                + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
                + f", {steps} steps, "
-               f"for {site.label()} at the target '{ui.plain(plots.readable_token(enc.tokens[enc.target]))}' (position {enc.target}). "
+               f"for {site.label()} at the target '{ui.plain(readable_token(enc.tokens[enc.target]))}' (position {enc.target}). "
                f"**Press the button: about {ui.secs(ests.get(key))}** (timed from a few steps on this "
                "machine; fewer λ values, restarts or steps, or a head in a higher layer make it faster).")
     st.stop()
@@ -262,7 +263,7 @@ def site_label(fr):
 
 def attention_figure(fr, i):
     """Original vs adversarial rows: bars for one head, two heatmaps (rows × tokens) otherwise."""
-    labels = plots.token_labels(fr.tokens)
+    labels = token_labels(fr.tokens)
     a0, a1 = fr.alpha0, fr.alpha_of(i)
     if fr.site.kind == "head":
         fig = go.Figure()
@@ -285,7 +286,7 @@ def attention_figure(fr, i):
         fig.update_layout(height=max(300, 18 * len(rows) + 160))
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_layout(margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", meta="attention",
-                      title=f"Row of '{plots.clean_token(fr.tokens[fr.target])}' (position {fr.target}) at {fr.site.label()}")
+                      title=f"Row of '{clean_token(fr.tokens[fr.target])}' (position {fr.target}) at {fr.site.label()}")
     return fig
 
 
@@ -321,9 +322,9 @@ def explore(fr, jw):
                                                             f"{int(fr.restart[i]) + 1}, step {int(fr.step[i])}."))
     st.plotly_chart(attention_figure(fr, i), key="adv_attention_chart")
     p1, p2 = st.columns(2)
-    before = plots.prediction_bars(fr.y0_top, title="Prediction with the original attention")
+    before = figures.prediction_bars(fr.y0_top, title="Prediction with the original attention")
     before.update_layout(meta="pred_before")
-    after = plots.prediction_bars(fr.prediction(i), title="Prediction with α′")
+    after = figures.prediction_bars(fr.prediction(i), title="Prediction with α′")
     after.update_layout(meta="pred_after")
     # no toolbar on the small bar charts: on hover it covered their titles
     p1.plotly_chart(before, key="adv_pred_before", config={"displayModeBar": False})

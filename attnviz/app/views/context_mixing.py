@@ -7,7 +7,9 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from attnviz import context, plots
+from attnviz import context, figures
+
+from attnviz.text import token_labels
 from attnviz.jobs import Job, rough_seconds
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
@@ -83,7 +85,7 @@ def layer_lines(per_layer: dict, title: str, key: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=list(range(1, len(y) + 1)), y=y, name=name, mode="lines+markers",
                                  line=dict(color=COLORS[name], dash="dash" if name in FFN else "solid"),
                                  hovertemplate=f"{name}: {EXPLAIN[name]}<br>layer %{{x}}: %{{y:.1f}} %<extra></extra>"))
-    plots.layer_axis(fig, max((len(v) for v in per_layer.values()), default=1))
+    figures.layer_axis(fig, max((len(v) for v in per_layer.values()), default=1))
     fig.update_yaxes(title_text="mean context-mixing ratio (%)", rangemode="tozero")
     fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
                       legend=dict(font=dict(size=13)), meta=key)
@@ -99,7 +101,7 @@ sm = _sentence(ui.spec(), ui.text(), ui.cap(), steps, lm)
 if sm is None:
     st.stop()
 
-labels = plots.token_labels(sm.tokens)
+labels = token_labels(sm.tokens)
 keep = ~sm.special if no_special and (~sm.special).any() else np.ones(len(sm.tokens), dtype=bool)
 L = len(sm.change)
 
@@ -115,7 +117,7 @@ st.caption(f"ATBFFRESLN completeness error (the parts plus the remainder against
 
 name = st.selectbox("Ratio per token", list(ATTN + FFN), index=len(ATTN + FFN) - 1, key="cm_token_method",
                     format_func=lambda k: f"{k} — {EXPLAIN[k]}")
-st.plotly_chart(plots.ratio_heatmap(sm.ratios[name], labels, name), key="cm_token_heatmap")
+st.plotly_chart(figures.ratio_heatmap(sm.ratios[name], labels, name), key="cm_token_heatmap")
 
 
 # ---------------------------------------------------------------------------------- side by side
@@ -126,14 +128,14 @@ def side_by_side():
     layer = st.slider("Layer", 1, L, value=min(L, max(1, int(st.session_state.get("layer", 1)))), key="cm_layer")
     a = sm.maps[context.BEFORE][layer - 1]
     b = sm.maps[context.AFTER][layer - 1]
-    fig = plots.heatmaps([a, b], labels, [f"{before.label}, layer {layer}", f"{after.label}, layer {layer}"],
+    fig = figures.heatmaps([a, b], labels, [f"{before.label}, layer {layer}", f"{after.label}, layer {layer}"],
                          [before.unit, after.unit], target=sm.target)
     st.plotly_chart(fig, key="cm_maps")
     ch = go.Figure(go.Bar(x=list(range(1, L + 1)), y=sm.change, marker_color=["#d62728" if l == layer else "#1f77b4"
                                                                               for l in range(1, L + 1)],
                           text=[f"{v:.3f}" for v in sm.change], textposition="outside", cliponaxis=False,
                           hovertemplate="layer %{x}: 1 − ρ = %{y:.4f}<extra></extra>"))
-    plots.layer_axis(ch, L)
+    figures.layer_axis(ch, L)
     ch.update_yaxes(title_text="1 − Spearman ρ", rangemode="tozero")
     # a bar's value above it only where it fits at a readable size (30 bars at 1024 px shrank them to
     # ~5 px); the hover gives every value

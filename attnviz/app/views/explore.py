@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from attnviz import METHODS, export, plots
+from attnviz import METHODS, export, figures
+
+from attnviz.text import dominant_column, token_labels
 from attnviz.app import ui
 
 JSON_BYTES_PER_VALUE = 21.5  # export.to_json: ~21 bytes a number (measured on the built-in model)
@@ -32,13 +34,13 @@ if a.blank:
 # ---------------------------------------------------------------- prediction and notes
 left, right = st.columns([2, 3])
 with left:
-    tgt_label = plots.token_labels(a.tokens)[a.target]
+    tgt_label = token_labels(a.tokens)[a.target]
     if a.prediction:
         what = "class" if a.output_kind == "sequence" else "token"
         st.subheader("Prediction for the blank" if a.blank else f"Prediction at {tgt_label}", anchor=False,
                      help=f"Read at {tgt_label}, the last word before the blank: a causal model predicts "
                           "the next word from the words before it." if a.blank else None)
-        st.plotly_chart(plots.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
+        st.plotly_chart(figures.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
         st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
     else:
         st.subheader(f"Target: {tgt_label}", anchor=False)
@@ -46,7 +48,7 @@ with left:
                 f"where the representation of {ui.plain(tgt_label)} comes from.", icon=":material/info:")
 with right:
     positions = list(range(len(a.tokens)))
-    labels = plots.token_labels(a.tokens)
+    labels = token_labels(a.tokens)
 
     lm_ = ui.model()
     # short enough for the box at 1024 px; the rule in full is in the help
@@ -149,16 +151,16 @@ def maps_panel():
             zmax[i] = top
     per_row = st.session_state.get("per_row", "auto")
     fig_title = f"Layer {l + 1} · " + (f"head {h}" if h else "all heads (layer maps)")
-    fig = plots.heatmaps(mats, view.labels, titles, units, target=view.target, title=fig_title, hover_titles=longs,
+    fig = figures.heatmaps(mats, view.labels, titles, units, target=view.target, title=fig_title, hover_titles=longs,
                          cols=None if per_row in (None, "auto") else int(per_row), zmax=zmax,
                          log=bool(st.session_state.get("log_colour")),
-                         cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= plots.MAX_CELL_TEXT)
+                         cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= figures.MAX_CELL_TEXT)
     n_lab = len(view.labels)
     # x labels read top to bottom need 14 px each: up to 40 tokens the grid makes room; beyond that
     # (SmolLM2 takes 8192 tokens) every k-th column is labelled
-    every = 1 if n_lab * 14 <= plots.MIN_WIDTH else -(-n_lab * 14 // (plots.MIN_WIDTH - 120))
+    every = 1 if n_lab * 14 <= figures.MIN_WIDTH else -(-n_lab * 14 // (figures.MIN_WIDTH - 120))
     if every > 1:  # a long text (SmolLM2 takes 8192 tokens): label every k-th column, the target's too
-        keep = plots.row_ticks(n_lab, every, view.target)
+        keep = figures.row_ticks(n_lab, every, view.target)
         fig.update_xaxes(tickmode="array", tickvals=[view.labels[i] for i in keep],
                          ticktext=[view.labels[i] for i in keep])
     if st.session_state.get("draw") == "lines":
@@ -171,13 +173,13 @@ def maps_panel():
         from streamlit.components.v1 import html as component_html
         for c, (m, M) in enumerate(zip(shown, mats)):  # one above the other: readable at 1024 px
             with st.container(key=f"lines_{m}"):
-                component_html(plots.line_view_html(M, view.labels, title=longs[c], value_name=units[c],
+                component_html(figures.line_view_html(M, view.labels, title=longs[c], value_name=units[c],
                                                     target=view.target),
                                height=46 + 22 * len(view.labels) + 70)
     else:
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     if not st.session_state.get("log_colour"):
-        sinks = [(m, *plots.dominant_column(M)) for m, M in zip(shown, mats)]
+        sinks = [(m, *dominant_column(M)) for m, M in zip(shown, mats)]
         sinks = [(m, j, share) for m, j, share in sinks if j is not None and share >= ui.SINK_SHARE]
         if sinks:
             said = "; ".join(f"{ui.method_label(m)}: {100 * share:.0f} % in column {view.labels[j]}"
@@ -188,7 +190,7 @@ def maps_panel():
             st.caption(f"**Most of the map's total is in one column** ({ui.plain(said)}), so on this colour scale "
                        f"the other cells look white. Turn on **Log colours** to see them. ({why})")
     if every > 1:
-        rows_every = plots.row_label_every(n_lab)
+        rows_every = figures.row_label_every(n_lab)
         rows_said = ("every row is labelled" if rows_every <= 1 else
                      f"every {ui.ordinal(rows_every)} row is labelled")
         st.caption(f"{n_lab} tokens: every {ui.ordinal(every)} column is labelled, and {rows_said} (the target's "
@@ -205,7 +207,7 @@ def maps_panel():
     if view.target is not None:
         tl = view.labels[view.target]
         rows = [M[view.target] for M in mats]
-        bars = plots.row_bars(rows, view.labels, [f"{ui.method_label(m)}" for m in shown], units,
+        bars = figures.row_bars(rows, view.labels, [f"{ui.method_label(m)}" for m in shown], units,
                               target=view.target)
         st.subheader(f"What {tl} draws from at layer {l + 1}", anchor=False)
         st.caption("Row of the target position in each map above, one bar per source token.")

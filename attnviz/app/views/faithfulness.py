@@ -13,9 +13,9 @@ import streamlit as st
 
 from attnviz import METHODS
 from attnviz import faithfulness as F
-from attnviz import plots
+from attnviz import figures
+from attnviz.text import token_labels
 from attnviz.errors import AttnvizError, InputError
-from attnviz.faithfulness import figures
 from attnviz.faithfulness.correlation import DOMINATED_SHARE
 from attnviz.jobs import Job, ResultCache, run
 
@@ -129,7 +129,7 @@ if _res is None:  # asked for, cancelled or failed: the page says which above
     st.stop()
 imp, corr, notes, sentence_seconds = _res
 
-labels = figures.token_labels(imp.tokens)
+labels = token_labels(imp.tokens)
 _unsure = (contrast is None and a.prediction and ui.unsure_note(
     a.prediction[0][1], "this explains an uncertain guess"
     + ("; a correct and a wrong word (above) ask the sharper question." if kind == "token" else "."))) or ""
@@ -213,7 +213,7 @@ if 3 <= n_cmp <= CHANCE_NOTE_MAX:  # few tokens: say what chance alone reaches
 
 dom = F.dominated_rows(rows, imp.positions)
 if dom:
-    tok_labels = plots.token_labels(a.tokens)
+    tok_labels = token_labels(a.tokens)
     parts = [f"{ui.method_label(m)} in {ui.layer_span([l for l, _, _ in hits])} (on "
              + ", ".join(ui.plain(tok_labels[j]) for j in sorted({j for _, j, _ in hits})) + ")"
              for m, hits in dom.items()]

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz import plots
+from attnviz import figures
+
+from attnviz.text import token_labels
 from attnviz.app import ui
 
 st.title("Flow graph")
@@ -15,13 +17,13 @@ a = ui.analysis(("attention",))
 if a is None:
     st.stop()
 n = len(a.tokens)
-if n > plots.MAX_GRAPH_TOKENS:
-    st.warning(f"The text has {n} tokens; the graph is drawn for up to {plots.MAX_GRAPH_TOKENS}. "
+if n > figures.MAX_GRAPH_TOKENS:
+    st.warning(f"The text has {n} tokens; the graph is drawn for up to {figures.MAX_GRAPH_TOKENS}. "
                "Shorten the sentence to see it.")
     st.stop()
 
 L = a.n_layers
-labels = plots.token_labels(a.tokens)
+labels = token_labels(a.tokens)
 ss = st.session_state
 if ss.get("graph_method") not in ("rollout", "flow"):
     ss.graph_method = "rollout"
@@ -48,10 +50,10 @@ c5.slider("Hide edges below", 0.0, 0.5, step=0.01, key="graph_threshold", persis
           help="Grey edges with a weight under this value, and red edges carrying less than this share "
                "of the output's total, are not drawn.")
 
-G = plots.attention_graph(a.maps["attention"].layer, a.tokens, method=ss.graph_method, output=ss.graph_output,
+G = figures.attention_graph(a.maps["attention"].layer, a.tokens, method=ss.graph_method, output=ss.graph_output,
                           source=None if ss.graph_source == ui.AUTO else ss.graph_source, top=ss.graph_top)
 src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
-fig = plots.graph_figure(G, threshold=ss.graph_threshold)
+fig = figures.graph_figure(G, threshold=ss.graph_threshold)
 st.plotly_chart(fig, theme=None, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
 total = G.graph["total"]
 if ss.graph_method == "rollout":

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from attnviz import METHODS, plots
+from attnviz import METHODS, figures
 from attnviz.app import ui
 
 PER_HEAD = [m for m, info in METHODS.items() if info.per_head]
@@ -38,15 +38,15 @@ import numpy as np  # noqa: E402
 
 heads, layer_maps, labels, value_name = np.array(heads), np.array(layer_maps), view.labels, ui.value_name(method)
 n_tok = len(labels)
-block = -(-n_tok // plots.GRID_MAX_TOKENS)
+block = -(-n_tok // figures.GRID_MAX_TOKENS)
 if block > 1:  # a long text: L x (H+1) maps of n x n would be hundreds of MB for cells of ~50 px
-    heads, layer_maps = plots.block_pool(heads, block), plots.block_pool(layer_maps, block)
-    labels = plots.block_labels(labels, block)
+    heads, layer_maps = figures.block_pool(heads, block), figures.block_pool(layer_maps, block)
+    labels = figures.block_labels(labels, block)
     value_name = f"{value_name}, blocks of {block} tokens"
     st.caption(f"{n_tok} tokens: each cell shows blocks of {block} tokens (the rows of a block averaged, its "
                f"columns summed, so rows still sum as they did), to keep the grid light; open a cell on Explore "
                f"for every token.")
-fig = plots.head_grid(heads, layer_maps, labels, value_name=value_name, layer_label=METHODS[method].layer_map)
+fig = figures.head_grid(heads, layer_maps, labels, value_name=value_name, layer_label=METHODS[method].layer_map)
 # readable with many layers (SmolLM2: 30 x 9 + 1 cells) at 1024 px: rows of a fixed height (not
 # 1000 px / columns each, mostly blank), layer names written horizontally ("L12", not rotated 10 px
 # text), the colour scale as a short horizontal bar above the grid (not one bar the height of all 30

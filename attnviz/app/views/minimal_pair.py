@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from attnviz import METHODS, plots
+from attnviz import METHODS, figures
+
+from attnviz.text import token_labels
 from attnviz import pair as P
 from attnviz.app import ui
 
@@ -46,7 +48,7 @@ for col, an, name, typed in ((pa, a, "A", ss.pair_a), (pb, b, "B", ss.pair_b)):
     with col:
         st.markdown(f"**{name}:** {ui.plain(typed)}")
         if an.prediction:
-            st.plotly_chart(plots.prediction_bars(an.prediction), theme=None, key=f"pair_pred_{name.lower()}",
+            st.plotly_chart(figures.prediction_bars(an.prediction), theme=None, key=f"pair_pred_{name.lower()}",
                             config={"displayModeBar": False})
             if (words := ui.choices_caption(an)) is not None:
                 st.caption(words)
@@ -98,7 +100,7 @@ def pair_maps():
     zmax = [max(float(x.max()), float(y.max())) for x, y in zip(mats_a, mats_b)]  # one scale per method for A and B
     where = f"layer {l + 1} · " + (f"head {h}" if h else "all heads")
     for name, an, mats in (("A", a, mats_a), ("B", b, mats_b)):
-        fig = plots.heatmaps(mats, plots.token_labels(an.tokens), titles, units, target=an.target,
+        fig = figures.heatmaps(mats, token_labels(an.tokens), titles, units, target=an.target,
                              title=f"{name}: {where}", hover_titles=[f"{name}: {t}" for t in longs], cols=cols,
                              zmax=zmax, cell_text=False)
         st.plotly_chart(fig, theme=None, key=f"pair_{name.lower()}_maps")
@@ -107,7 +109,7 @@ def pair_maps():
         st.info(ui.plain(diffs[0].reason) + ".", icon=":material/info:")
         return
     labels = P.pair_labels(a.tokens, b.tokens)
-    fig = plots.heatmaps([d.diff for d in diffs], labels, titles, [f"B − A: {u}" for u in units],
+    fig = figures.heatmaps([d.diff for d in diffs], labels, titles, [f"B − A: {u}" for u in units],
                          target=a.target if a.target == b.target else None, title=f"Difference B − A: {where}",
                          hover_titles=[f"B − A: {t}" for t in longs], cols=cols, diverging=[True] * len(diffs),
                          cell_text=False)

@@ -1,21 +1,19 @@
-"""Plotly figures for faithfulness: arrays in, figures out (no Streamlit)."""
+"""Faithfulness figures: importance bars beside the maps' target rows, and the corpus study's
+correlations per layer. Arrays in, figures out (no Streamlit)."""
 from __future__ import annotations
 
 import html
 import math
 import textwrap
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from .importance import BASELINES
-
-
-def token_labels(tokens: Sequence[str]) -> list:
-    """Token labels carrying their position (plotly merges duplicate category labels), readable and
-    escaped as on every other page."""
-    from ..plots import token_labels as labels
-    return labels(tokens)
+from ..faithfulness.importance import BASELINES
+from ..text import token_labels
+from .style import layer_axis
 
 
 def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = None):
@@ -24,9 +22,6 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
     rows: {method: [L, n]} target rows (correlation.target_rows). Only attributed positions are shown;
     each panel is scaled to its own maximum (ranks are what the correlations compare).
     """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     pos = list(imp.positions)
     labels = [token_labels(imp.tokens)[j] for j in pos]
     panels = [(BASELINES[b].label, v[pos]) for b, v in imp.values.items()]
@@ -55,9 +50,6 @@ def importance_figure(imp, rows: Optional[dict] = None, layer: Optional[int] = N
 
 def study_figure(res, stat: str = "spearman"):
     """Mean ± std of `stat` per layer, one line per method, one panel per baseline -> Figure."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     summ = res.summary()[stat]
     B = len(res.baselines)
     cols = min(3, B)
@@ -75,8 +67,6 @@ def study_figure(res, stat: str = "spearman"):
                                      mode="lines+markers", name=m, legendgroup=m, showlegend=bi == 0,
                                      line=dict(color=colors[mi % len(colors)])), row=r, col=c)
     fig.update_yaxes(range=[-1, 1])
-    from ..plots import layer_axis
-
     layer_axis(fig, res.n_layers)
     # the legend in a row above the panels, not in a column beside them: at 1024 px a column legend left
     # each of the three panels about 100 px wide
