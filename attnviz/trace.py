@@ -176,6 +176,9 @@ class Trace(OnEncoded):
     resid_mid -> resid_ffn -> resid_out [n,d], attn_in, q, k, v, probs [H,n,n], attn_out [n,d]
     (includes b_O) and the FFN's ffn_in, ffn_pre, ffn_gate_pre, ffn_hidden [n,I], ffn_out.
     fx[l]: f^h(x_j) = (h_j W_V^h + b_V^h) W_O^h as [H,n,d] (h = attn_in).
+
+    Work that several methods (or several calls) share is kept with the trace through `cached`; see
+    its docstring for the keys in use.
     """
 
     lm: LoadedModel
@@ -190,6 +193,33 @@ class Trace(OnEncoded):
     layer_err: list
     attn_err: float
     dtype: torch.dtype = torch.float32
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def cached(self, key: tuple, fn):
+        """fn() computed once per trace and key, then kept with the trace: work that several methods
+        share, or that one method would otherwise redo on a second call. The value is returned as
+        stored (callers must not change it).
+
+        Keys are tuples whose first item names the owner, the module that computes the value; the
+        other items are the parameters the value depends on. In use:
+            ("head_mean",)             Trace.head_mean: [L, n, n] float64 tensor on the trace's device
+            ("atb_ff", steps, rule)    methods.atb_ff.analyse: the three FFN scopes' maps and ratios
+                                       from one pass over the layers
+        """
+        if not isinstance(key, tuple) or not key or not isinstance(key[0], str):
+            raise ValueError(f"a cache key is a tuple starting with its owner's name, got {key!r}")
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    def forget(self, owner: Optional[str] = None) -> None:
+        """Drop cached values: those whose key starts with `owner`, or all (a benchmark timing a fresh
+        pass, or freeing memory)."""
+        if owner is None:
+            self._cache.clear()
+        else:
+            for k in [k for k in self._cache if k[0] == owner]:
+                del self._cache[k]
 
     @property
     def n_layers(self) -> int:
@@ -219,9 +249,7 @@ class Trace(OnEncoded):
     def head_mean(self, as_numpy: bool = True):
         """[L, n, n] float64 head mean of the model's attention, computed once on the trace's device:
         a numpy copy (callers may change it), or (as_numpy=False) the cached tensor there."""
-        t = self.__dict__.get("_head_mean")
-        if t is None:
-            t = self.__dict__["_head_mean"] = torch.stack([a.double().mean(0) for a in self.attentions])
+        t = self.cached(("head_mean",), lambda: torch.stack([a.double().mean(0) for a in self.attentions]))
         return t.cpu().numpy().copy() if as_numpy else t
 
     def output_probs(self) -> Optional[np.ndarray]:

@@ -62,7 +62,7 @@ def main():
     tr = trace(lm, enc, dtype=dtype)
 
     def method():
-        tr.__dict__.pop("_atb_ff_cache", None)
+        tr.forget("atb_ff")
         return atb_ff.analyse(tr, args.steps)
 
     forward()

@@ -305,3 +305,59 @@ def test_registry_and_analyze(make_tiny):
         atb_ff.ig_nodes(0)
     with pytest.raises(ValueError):
         atb_ff.ig_nodes(4, "simpson")
+
+
+# ------------------------------------------------------------------ work shared through the trace's cache
+def test_trace_cache_api(make_tiny):
+    """Trace.cached computes once per key and returns what it stored; forget drops one owner's keys or
+    all; a key must be a tuple led by its owner's name."""
+    tr = trace(make_tiny("bert"), SENTENCE)
+    calls = []
+
+    def make(v):
+        def fn():
+            calls.append(v)
+            return [v]
+        return fn
+
+    a = tr.cached(("test", 1), make(1))
+    assert tr.cached(("test", 1), make(99)) is a and a == [1] and calls == [1]
+    assert tr.cached(("test", 2), make(2)) == [2] and tr.cached(("other",), make(3)) == [3]
+    assert calls == [1, 2, 3]
+    tr.forget("test")
+    assert tr.cached(("other",), make(4)) == [3]  # another owner's entry stays
+    assert tr.cached(("test", 1), make(5)) == [5] and calls == [1, 2, 3, 5]
+    tr.forget()
+    assert tr.cached(("other",), make(6)) == [6]
+    for bad in ("test", ("",)[1:], (1, 2), ["test"]):
+        with pytest.raises(ValueError, match="cache key"):
+            tr.cached(bad, make(0))
+    # the head mean is kept there too, and a caller changing its copy does not change it
+    hm = tr.head_mean()
+    ref = np.stack([a.double().mean(0).numpy() for a in tr.attentions])
+    np.testing.assert_array_equal(hm, ref)
+    hm[:] = 0
+    np.testing.assert_array_equal(tr.head_mean(), ref)
+
+
+def test_ffn_scopes_share_one_pass(make_tiny, monkeypatch):
+    """The three FFN scopes read one pass over the layers per (steps, rule), kept with the trace; a
+    forgotten pass is computed again, and gives the same numbers."""
+    lm = make_tiny("bert")
+    tr = trace(lm, SENTENCE)
+    calls = []
+    real = atb_ff.layer_summary
+
+    def counting(trace_, l, steps, rule):
+        calls.append((l, steps, rule))
+        return real(trace_, l, steps, rule)
+
+    monkeypatch.setattr(atb_ff, "layer_summary", counting)
+    maps = {k: METHODS[k].compute(tr, steps=4) for k in atb_ff.NAMES}
+    assert calls == [(l, 4, "gauss") for l in range(tr.n_layers)]
+    METHODS["atb_ff_res"].compute(tr, steps=4, rule="midpoint")
+    assert len(calls) == 2 * tr.n_layers
+    tr.forget("atb_ff")
+    again = METHODS["atb_ff_res_ln"].compute(tr, steps=4)
+    assert len(calls) == 3 * tr.n_layers
+    np.testing.assert_array_equal(again.layer, maps["atb_ff_res_ln"].layer)

@@ -236,7 +236,7 @@ def _ffn_parts_plain(tr, l, steps):
 @pytest.mark.parametrize("family", ["bert", "distilbert", "gpt2", "llama"])
 def test_atb_ff_fused_against_pair_by_pair(tr64, family, factor, monkeypatch):
     tr = tr64(family)
-    tr.__dict__.pop("_atb_ff_cache", None)
+    tr.forget("atb_ff")
     steps = 4
     monkeypatch.setattr(atb_ff, "_CHUNK_BYTES", 1)  # one receiver a chunk: exercises the chunks and causal trimming
     monkeypatch.setattr(atb_ff, "_FACTOR_VALUES", factor)
@@ -271,10 +271,10 @@ def test_atb_ff_fused_equals_explicit_parts(tr64, family, monkeypatch):
     for l in range(tr.n_layers):
         for k, (P, rem, real) in atb_ff.layer_parts(tr, l, 8).items():
             ref.setdefault(k, []).append((P, rem, real))
-    tr.__dict__.pop("_atb_ff_cache", None)
+    tr.forget("atb_ff")
     for chunk in (1, 3000, 10 ** 9):
         monkeypatch.setattr(atb_ff, "_CHUNK_BYTES", chunk)
-        tr.__dict__.pop("_atb_ff_cache", None)
+        tr.forget("atb_ff")
         res = atb_ff.analyse(tr, 8)
         for k in atb_ff.NAMES:
             for l, (P, rem, real) in enumerate(ref[k]):

@@ -268,16 +268,18 @@ def layer_summary(trace, l: int, steps: int = DEFAULT_STEPS, rule: str = "gauss"
 def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=None) -> dict:
     """Trace -> {"maps": {name: Map [L,n,n]}, "ratios": {"AtbFf-N"|"AtbFfRes-N"|"AtbFfResLn-N": [L,n]}}.
 
-    One pass over the layers for all three scopes; cached on the trace per (steps, rule).
+    One pass over the layers for all three scopes, kept with the trace (trace.cached, key
+    ("atb_ff", steps, rule)): the three registry entries read the same pass.
     Map.meta: completeness [L] (max_i ||Σ_j parts_ij + remainder_i - real_i|| / ||real_i||),
     remainder_norm [L,n], steps, rule, target (what "real" is).
     """
     if trace.lm.arch is None or not trace.layers:
         raise ValueError("ATBFFRESLN needs the functional trace, which this model does not have")
-    key = (int(steps), rule)
-    cache = trace.__dict__.setdefault("_atb_ff_cache", {})
-    if key in cache:
-        return cache[key]
+    return trace.cached(("atb_ff", int(steps), rule), lambda: _analyse(trace, steps, rule, progress))
+
+
+def _analyse(trace, steps: int, rule: str, progress=None) -> dict:
+    """analyse() without the cache."""
     linear.quadrature(steps, rule)  # validates
     maps = {k: [] for k in NAMES}
     errs = {k: [] for k in NAMES}
@@ -309,7 +311,6 @@ def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=Non
             meta["note"] = "pre-LN: no norm after the second residual, equals atb_ff_res"
         res["maps"][k] = Map(k, np.stack(maps[k]), None, meta)
         res["ratios"][RATIO_NAMES[k]] = np.stack(ratios[k])
-    cache[key] = res
     return res
 
 
