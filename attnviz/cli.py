@@ -2,8 +2,9 @@
 
     attnviz analyze --model builtin:agreement --text "the keys to the cabinet [MASK] here ." --out a.json
     attnviz study --model builtin:agreement --data builtin:agreement --n 500 --out runs/agreement
-    attnviz evaluate [ARGS]            # the built-in models' accuracy tables (attnviz.builtin.evaluate)
+    attnviz evaluate [ARGS]            # every built-in model's accuracy on the real sets (attnviz.evaluate)
     attnviz evaluate --model pkg:smollm2 --set real   # any masked or causal LM on the agreement/pronoun sets
+    attnviz evaluate --model builtin:agreement --linzen FOLDER   # Linzen et al. (2016)'s agreement set
     attnviz app [--port 8501] [--address 127.0.0.1] [STREAMLIT OPTIONS]   # the app, in a browser
 
 analyze writes the maps (JSON, or NPZ when FILE ends in .npz) and, with --faithfulness, the
@@ -80,7 +81,7 @@ def read_data(spec: str, n: Optional[int] = None) -> list:
     from .errors import InputError
 
     if spec.startswith("builtin:"):
-        from .builtin import load_eval_set
+        from .datasets import load_eval_set
 
         try:
             return load_eval_set(spec.split(":", 1)[1], n)
@@ -305,9 +306,9 @@ def cmd_study(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .builtin import evaluate
+    from .evaluate import main as evaluate_main
 
-    return evaluate.main(list(args.rest))
+    return evaluate_main(list(args.rest))
 
 
 def cmd_app(args) -> int:
@@ -391,9 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list the methods and importance baselines (names, units, options)")
     m.set_defaults(func=cmd_methods)
 
-    # every argument after 'evaluate' (options included) goes to attnviz.builtin.evaluate's own parser
-    e = sub.add_parser("evaluate", help="accuracy tables of the built-in models; --model SPEC --set real|grammar|handwritten|FILE "
-                       "for any masked or causal LM (attnviz evaluate -h)", prefix_chars="+", add_help=False)
+    # every argument after 'evaluate' (options included) goes to attnviz.evaluate's own parser
+    e = sub.add_parser("evaluate", help="accuracy of the built-in models, or of any masked or causal LM with --model SPEC, "
+                       "on --set real|grammar|handwritten|FILE or --linzen FOLDER (attnviz evaluate -h)",
+                       prefix_chars="+", add_help=False)
     e.add_argument("rest", nargs=argparse.REMAINDER)
     e.set_defaults(func=cmd_evaluate)
 

@@ -13,8 +13,9 @@ from .errors import InputError
 from .faithfulness.correlation import spearman
 from .methods import METHODS, atb_ff
 from .methods import mixing as _mixing
+from .resources import sets_dir
 
-SENTENCES_FILE = Path(__file__).parent / "builtin" / "data" / "ordinary_sentences.txt"
+SENTENCES_FILE = sets_dir() / "ordinary_sentences.txt"
 # the ratios the registered methods declare (MethodInfo.ratios), in registry order
 ALL_RATIOS = METHODS.ratio_names()
 # Kobayashi et al. (2024)'s contextualization change compares the attention block's map with the whole
@@ -81,7 +82,7 @@ def sentence_mixing(lm, text: str, target: Optional[int] = None, max_tokens: int
     causal = bool(lm.arch.causal)
     return SentenceMixing(tokens=list(tr.tokens), special=np.asarray(tr.enc.special), target=tr.target,
                           ratios=all_ratios(tr, steps), maps={BEFORE: a, AFTER: b},
-                          completeness=list(after.meta["completeness"]),
+                          completeness=list(after.completeness.errors),
                           change=contextualization_change(a, b, causal=causal), causal=causal, steps=int(steps))
 
 
@@ -106,7 +107,7 @@ def load_corpus(name: str = "ordinary", limit: Optional[int] = None) -> list:
         return load_sentences(limit=limit)
     if name not in CORPORA:
         raise InputError(f"unknown corpus '{name}' (known: {', '.join(CORPORA)})")
-    from .builtin import load_eval_set
+    from .datasets import load_eval_set
 
     try:
         items = load_eval_set(name, limit)
@@ -154,7 +155,7 @@ def corpus_mixing(lm, sentences: Sequence[str], steps: int = atb_ff.DEFAULT_STEP
             sums[name] += v[:, keep].sum(1)
         count += int(keep.sum())
         used += 1
-        worst = max(worst, max(METHODS[AFTER].compute(tr, steps=steps).meta["completeness"]))
+        worst = max(worst, METHODS[AFTER].compute(tr, steps=steps).completeness.worst)
         if progress:
             progress(k + 1, total)
     if not count:

@@ -195,7 +195,7 @@ def longest_training_input(lm) -> Optional[int]:
         _LONGEST[key] = int(logged)
     if key not in _LONGEST:
         try:
-            from .builtin import load_eval_set
+            from .datasets import load_eval_set
 
             texts = [it["text"] for task in ("agreement", "pronoun") for it in load_eval_set(task)]
             _LONGEST[key] = max(len(lm.tokenizer(t)["input_ids"]) for t in texts) if texts else None

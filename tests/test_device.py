@@ -161,7 +161,7 @@ def test_chain_and_chunk_budget_on_cuda():
 def _train_real(tmp_path, device: str, name: str, lr: float = 1e-3) -> Path:
     """50 steps of `train_real` on a two-sentence corpus with the shipped tokenizer (no vocabulary
     to learn), on `device`; returns the output folder."""
-    from attnviz.builtin import train_real
+    from training import train_real
     corpus = tmp_path / "corpus"
     corpus.mkdir(exist_ok=True)
     (corpus / "sentences.txt").write_text("The keys to the cabinet are on the table .\n"
@@ -189,9 +189,9 @@ def test_train_real_on_cuda(tmp_path):
     import json
     from safetensors.torch import load_file
     from transformers import BertForMaskedLM, BertTokenizerFast
-    from attnviz.builtin import grammar
-    from attnviz.builtin.common import Encoded
-    from attnviz.builtin.train import accuracy
+    from training import grammar
+    from training.common import Encoded
+    from training.train import accuracy
     a0, b0 = _train_real(tmp_path, "cpu", "cpu0", 0.0), _train_real(tmp_path, "cuda", "cuda0", 0.0)
     wa, wb = load_file(a0 / "model.safetensors"), load_file(b0 / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -467,7 +467,7 @@ def test_faithfulness_page_tables(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     import attnviz
-    from attnviz.builtin import load_eval_set
+    from attnviz.datasets import load_eval_set
 
     monkeypatch.setenv("ATTNVIZ_TORCH_THREADS", "1")
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=90)

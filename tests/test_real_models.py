@@ -146,11 +146,11 @@ def test_contrast_uses_word_initial_tokens(smol):
     assert any("<|endoftext|>" in n for n in imp.notes)  # what blank-out uses is said
 
 
-# ---- the real-style sets on SmolLM2 (attnviz/builtin/data/real_*.jsonl) ------------------------
+# ---- the real-style sets on SmolLM2 (attnviz/data/sets/real_*.jsonl) ----------------------------
 
 def _real_items(name: str) -> list:
-    from attnviz.builtin.common import PACKAGE_DATA, read_jsonl
-    return read_jsonl(PACKAGE_DATA / f"real_{name}.jsonl")
+    from attnviz.datasets import read_jsonl, set_path
+    return read_jsonl(set_path(f"real_{name}.jsonl"))
 
 
 def _eight_real_sentences() -> list:
@@ -180,7 +180,7 @@ def test_real_sets_answers_are_word_initial_single_tokens_for_smollm2(smol):
 def test_smollm2_gets_real_sentences_right(smol):
     """At least 7 of 8 real-style agreement items; the batched, left-padded scores equal the model's
     own logits after each prefix on its own (no padding)."""
-    from attnviz.builtin.evaluate import score_items
+    from attnviz.evaluate import score_items
     items = _eight_real_sentences()
     preds, skipped = score_items(smol, items, batch_size=8)
     assert not skipped

@@ -1,6 +1,7 @@
-"""The hand-written real-style sets (attnviz/builtin/data/real_agreement.jsonl, real_pronoun.jsonl):
-well-formed items, balanced, not from our grammar, and answerable by the built-in models' tokenizer.
-SmolLM2's tokenizer is checked in test_real_models.py (it needs the package)."""
+"""The hand-written real-style sets (attnviz/data/sets/real_*.jsonl): well-formed items, balanced, apart from
+each other; and the scorer behind `attnviz evaluate` on them. That they are not from the built-in grammar and
+that the built-in tokenizer has every answer as one token is checked in training/tests/test_sets_vs_training.py;
+SmolLM2's tokenizer in test_real_models.py (it needs the package)."""
 from __future__ import annotations
 
 import json
@@ -8,15 +9,17 @@ import re
 from collections import Counter
 
 import pytest
+import torch
 
-from attnviz.builtin.common import DATA_DIR, MODELS_DIR, PACKAGE_DATA, read_jsonl
+from attnviz.datasets import read_jsonl, set_path
+from attnviz.resources import models_dir
 
-AGREEMENT = PACKAGE_DATA / "real_agreement.jsonl"
-PRONOUN = PACKAGE_DATA / "real_pronoun.jsonl"
-AGREEMENT2 = PACKAGE_DATA / "real_agreement2.jsonl"   # issue #16 round 12: second test sets, written by other
-PRONOUN2 = PACKAGE_DATA / "real_pronoun2.jsonl"       # hands after the models were trained
-DEV_PRONOUN2 = PACKAGE_DATA / "real_dev_pronoun2.jsonl"  # round 12: a fresh dev set
-DEV_PRONOUN3 = PACKAGE_DATA / "real_dev_pronoun3.jsonl"  # round 18: a third one, for later rounds
+AGREEMENT = set_path("real_agreement.jsonl")
+PRONOUN = set_path("real_pronoun.jsonl")
+AGREEMENT2 = set_path("real_agreement2.jsonl")   # second test sets, written by other hands after the
+PRONOUN2 = set_path("real_pronoun2.jsonl")       # models were trained
+DEV_PRONOUN2 = set_path("real_dev_pronoun2.jsonl")  # a second pronoun dev set
+DEV_PRONOUN3 = set_path("real_dev_pronoun3.jsonl")  # a third one, whose misses were never read
 VERB_PAIRS = {("is", "are"), ("was", "were"), ("has", "have")}
 FIELDS = {"text", "answer", "wrong", "task", "construction", "n_attractors"}
 
@@ -87,47 +90,27 @@ def test_pronoun_set_balance_and_labels(path, least):
     assert {it["n_attractors"] for it in items} == {0, 1, 2, 3, 4}
 
 
-def test_not_from_our_grammar():
-    """No real-style sentence occurs in the grammar's test sets or the hand-written set, and the
-    sentences use words the grammar's lexicon does not have (they are not grammar output)."""
-    from attnviz.builtin.lexicon import all_word_forms
+@torch.no_grad()
+def _reference_verdicts(folder, items) -> list:
+    """Per item, answer logit > wrong logit at the [MASK], from plain transformers (eager attention), one
+    sentence at a time without padding: a scorer independent of attnviz.evaluate's encoding and batching."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    def norm(t):
-        return " ".join(re.findall(r"\w+|\[MASK\]", t.lower()))
-
-    grammar = {norm(it["text"]) for f in ("agreement_test.jsonl", "pronoun_test.jsonl")
-               for it in read_jsonl(DATA_DIR / f)}
-    grammar |= {norm(it["text"]) for it in read_jsonl(PACKAGE_DATA / "handwritten.jsonl")}
-    lexicon = set(all_word_forms())
-    for path in (AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2):
-        items = _items(path)
-        assert not {norm(it["text"]) for it in items} & grammar
-        words = [w for it in items for w in re.findall(r"[a-z]+", it["text"].lower())]
-        outside = sum(w not in lexicon for w in words) / len(words)
-        assert outside > 0.1, f"{path.name}: only {outside:.1%} of words outside the grammar's lexicon"
-
-
-def test_answers_are_single_tokens_of_the_builtin_tokenizer():
-    """Every answer and wrong word is one whole entry of the built-in vocabulary (so the built-in
-    models' contrast is defined) and [MASK] encodes to exactly one mask token."""
-    from transformers import AutoTokenizer
-
-    from attnviz.builtin.common import Encoded
-
-    tok = AutoTokenizer.from_pretrained(str(MODELS_DIR / "agreement"))
-    for path in (AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2, DEV_PRONOUN2):
-        items = _items(path)
-        enc = Encoded(tok, items)  # raises on a missing/duplicate [MASK] or a word outside the vocabulary
-        assert len(enc) == len(items)
-        for it in items:
-            for w in (it["answer"], it["wrong"]):
-                assert tok.tokenize(w) == [w], (w, tok.tokenize(w))
+    model = AutoModelForMaskedLM.from_pretrained(str(folder), attn_implementation="eager").eval()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    out = []
+    for it in items:
+        enc = tok(it["text"], return_tensors="pt")
+        (pos,) = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[:, 0].tolist()
+        logits = model(**enc).logits[0, pos]
+        a, w = tok.convert_tokens_to_ids(it["answer"]), tok.convert_tokens_to_ids(it["wrong"])
+        out.append({"correct": bool(logits[a] > logits[w])})
+    return out
 
 
 def test_evaluate_command_on_a_builtin_model_matches_the_builtin_scorer(tmp_path, capsys):
     """`attnviz evaluate --model builtin:agreement --set real` (attnviz.analyze's encoding, batched)
-    gives the same per-item verdicts as the built-in models' own scorer (evaluate.predict)."""
-    from attnviz.builtin import evaluate as E
+    gives the same per-item verdicts as plain transformers on one sentence at a time."""
     from attnviz.cli import main
 
     out = tmp_path / "res.json"
@@ -137,11 +120,10 @@ def test_evaluate_command_on_a_builtin_model_matches_the_builtin_scorer(tmp_path
     assert "### real_agreement2" in text
     assert "4 attr." in text
     (res,) = json.loads(out.read_text())
-    model, tok = E.load(MODELS_DIR / "agreement")
     assert [s["set"] for s in res["sets"]] == ["real_agreement", "real_agreement2", "real_pronoun", "real_pronoun2"]
     for s, path in zip(res["sets"], (AGREEMENT, AGREEMENT2, PRONOUN, PRONOUN2)):
         items = _items(path)
-        ref = E.predict(model, tok, items)
+        ref = _reference_verdicts(models_dir() / "agreement", items)
         (task,) = s["tasks"].values()
         assert task["all"]["n"] == len(items) and not s["skipped"]
         assert task["all"]["acc"] == pytest.approx(sum(p["correct"] for p in ref) / len(items))
@@ -169,8 +151,8 @@ def test_evaluate_refuses_an_unknown_set(capsys):
 
 @pytest.mark.parametrize("path", [PRONOUN2, AGREEMENT2, DEV_PRONOUN2, DEV_PRONOUN3],
                          ids=["pronoun2", "agreement2", "dev_pronoun2", "dev_pronoun3"])
-def test_round_12_sets_are_apart_from_every_other_set(path):
-    """The sets of rounds 12 and 18 share no sentence, nor more than half the words of a sentence (the overlap
+def test_later_sets_are_apart_from_every_other_set(path):
+    """The second test sets and the later dev sets share no sentence, nor more than half the words of a sentence (the overlap
     measure of scripts/generate_bios.py, both ways), with the dev sets, the first test sets, the
     hand-written set or another of these sets, and no sentence repeats another's words that closely."""
     def words(t):
@@ -178,7 +160,7 @@ def test_round_12_sets_are_apart_from_every_other_set(path):
 
     others = [words(it["text"]) for f in ("real_dev_agreement.jsonl", "real_dev_pronoun.jsonl", "real_agreement.jsonl",
                                           "real_pronoun.jsonl", "handwritten.jsonl")
-              for it in read_jsonl(PACKAGE_DATA / f)]
+              for it in read_jsonl(set_path(f))]
     others += [words(it["text"]) for q in (PRONOUN2, AGREEMENT2, DEV_PRONOUN2, DEV_PRONOUN3) if q != path
                for it in _items(q)]
     new = [words(it["text"]) for it in _items(path)]
@@ -205,7 +187,7 @@ def test_second_agreement_set_labels():
 
 def test_wilson_interval_matches_newcombe_1998():
     """The 95 % Wilson score intervals of Newcombe (1998, Stat. Med. 17:857, table I, method 3)."""
-    from attnviz.builtin.evaluate import wilson
+    from attnviz.evaluate import wilson
 
     for (k, n), (lo, hi) in {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605),
                              (0, 20): (0.0, 0.1611), (1, 29): (0.0061, 0.1718)}.items():
@@ -214,16 +196,16 @@ def test_wilson_interval_matches_newcombe_1998():
 
 
 def test_scoring_items_needs_no_plotting_library():
-    """evaluate.score_items (what train_real's evaluation, the round scripts and `attnviz evaluate` use)
+    """attnviz.evaluate.score_items (what `attnviz evaluate` and the training scripts use)
     runs where plotly is missing (a bare GPU machine, a training box): plotly made unimportable in a fresh
     interpreter, one built-in model scores the 131-item fresh agreement dev set, every item scored."""
     import subprocess
     import sys
     code = ("import sys; sys.modules['plotly'] = None\n"
             "import attnviz\n"
-            "from attnviz.builtin.evaluate import score_items\n"
-            "from attnviz.builtin.common import PACKAGE_DATA, read_jsonl\n"
-            "items = read_jsonl(PACKAGE_DATA / 'real_dev_agreement2.jsonl')\n"
+            "from attnviz.evaluate import score_items\n"
+            "from attnviz.datasets import read_jsonl, set_path\n"
+            "items = read_jsonl(set_path('real_dev_agreement2.jsonl'))\n"
             "preds, skipped = score_items(attnviz.load_model('builtin:agreement'), items)\n"
             "assert not skipped and len(preds) == len(items) == 131\n"
             "assert 'plotly' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"

@@ -276,7 +276,7 @@ key = (lm.spec, int(n_items), tuple(corr.methods), tuple(corr.baselines), int(ig
 store = _study_store()
 if s2.button("Run the study", key="fa_study_go", icon=":material/play_arrow:"):
     try:
-        from attnviz.builtin import load_eval_set
+        from attnviz.datasets import load_eval_set
 
         items = load_eval_set("agreement", int(n_items))
     except (OSError, ValueError) as e:
@@ -301,7 +301,7 @@ def _set_mean_tokens(spec: str, _lm, k: int = 20):
     """Mean token count of the set's first k sentences under this model's tokenizer (None if the set is
     missing)."""
     try:
-        from attnviz.builtin import load_eval_set
+        from attnviz.datasets import load_eval_set
 
         items = load_eval_set("agreement", k)
     except (OSError, ValueError):
@@ -318,7 +318,7 @@ def _time_one_study_sentence(spec: str, methods: tuple, baselines: tuple, ig_ste
     import time
 
     try:
-        from attnviz.builtin import load_eval_set
+        from attnviz.datasets import load_eval_set
 
         items = load_eval_set("agreement", k)
     except (OSError, ValueError):

@@ -1,4 +1,4 @@
-"""Real-style training items for the built-in models (issue #16): sentences shaped like encyclopedia
+"""Real-style training items for the built-in models: sentences shaped like encyclopedia
 prose, with real first names, surnames, titles and WordNet nouns, and distractors the grammar's own
 sentences do not have (relative clauses set off by commas, "whose" clauses, appositions, stacked
 prepositional phrases).
@@ -11,21 +11,24 @@ Two tasks, labelled by construction (the label is a rule of the frame, not a mod
   main verb refers to it; the distractors (0-4) are people of the other sex inside a relative
   clause, a "whose" clause, an apposition or a fronted phrase, where they cannot be the subject.
   A plural subject (a plural noun, or two people joined by "and") takes "their". With
-  `load_lists(..., gendered_appos=p)` (round 10) a share p of the singular items instead give the
+  `load_lists(..., gendered_appos=p)` a share p of the singular items instead give the
   subject (often a bare surname) an apposition whose head noun tells its sex: "the younger brother of"
   + the distractors, or without distractors a title of a place or a role ("the last queen of egypt").
-  With `sexed_contrast=q` (round 11) a share q of the singular items with distractors put a sexed
+  With `sexed_contrast=q` a share q of the singular items with distractors put a sexed
   common noun of the other sex right after the subject, in an object relative clause ("the countess ,
   whom the king had met in paris , ..."), where it is not the subject.
 - agreement: a subject noun phrase with 0-4 attractors (nouns of the other number in stacked
   prepositional phrases and relative clauses) before the verb; the verb agrees with the head. With
-  `load_lists(..., verb_frames=r)` (round 14) a share r of them end instead in a verb and its tail
-  taken from a corpus sentence ("... [MASK] into the Kanawha River ." -> empties / empty): ~300
-  lexical verbs (WordNet verbs, corpus/verbs.txt) instead of the frames' ~60.
+  `load_lists(..., verb_frames=r)` a share r of them end instead in a verb and its tail
+  taken from a corpus sentence ("... [MASK] into the Kanawha River ." -> empties / empty): the
+  lexical verbs of corpus/verbs.txt (WordNet verbs; 189 with the built-in tokenizer) instead of the
+  frames' ~60.
+  With `more_sexed=q` a share q of a person's "the (adjective) noun" draws take a noun whose meaning
+  gives the sex (MALE_MORE / FEMALE_MORE) instead of lexicon.GENDERED_PAIRS'.
 
 `items(task, n, lists, seed)` -> [{"text", "answer", "wrong", "task", "construction",
 "n_attractors", "source": "styled"}]. `lists` comes from `load_lists(corpus_dir)` (the word lists
-scripts/build_corpus.py writes) and the corpus sentences (for noun frequencies).
+training/scripts/build_corpus.py writes) and the corpus sentences (for noun frequencies).
 """
 from __future__ import annotations
 
@@ -138,35 +141,35 @@ class Lists:
     female: list
     surnames: list
     nouns_sg: list  # nouns whose singular and plural both occur in the corpus
-    # first names the census lists lack (data/first_names_extra.tsv, round 4, or its common subset
-    # data/first_names_common.tsv, round 5): drawn for a person's first name EXTRA_SHARE of the time
-    # when present; empty = the round-3 generator, draw for draw
+    # first names the census lists lack (data/first_names_extra.tsv, or its common subset
+    # data/first_names_common.tsv): drawn for a person's first name EXTRA_SHARE of the time when
+    # present; empty = the same draws as without these lists
     extra_male: list = field(default_factory=list)
     extra_female: list = field(default_factory=list)
-    # round 10: the share of singular pronoun items whose subject gets an apposition that tells its
-    # sex ("Beethoven , the younger brother of Anna , ..."); 0 = the round-3 generator, draw for draw
+    # the share of singular pronoun items whose subject gets an apposition that tells its sex
+    # ("Beethoven , the younger brother of Anna , ..."); 0 = the same draws as without this option
     gendered_appos: float = 0.0
-    # round 11: the share of singular pronoun items with distractors that instead put a sexed common noun
+    # the share of singular pronoun items with distractors that instead put a sexed common noun
     # of the other sex right after the subject, where it is not the subject ("the countess , whom the king
     # had met in paris , ..."): the contrast to gendered_appos's cue; 0 = no such item, draw for draw
     sexed_contrast: float = 0.0
-    # round 14: (base form, [tails]) of lexical verbs seen finite in the corpus, and the share of the
+    # (base form, [tails]) of lexical verbs seen finite in the corpus, and the share of the
     # agreement items that end in one of them (verb_frames_from_corpus); empty = no such item, draw for draw
     verb_frames: list = field(default_factory=list)
     frame_share: float = 0.0
-    # round 16: the share of a person's "the (adjective) noun" draws that take MALE_MORE / FEMALE_MORE's nouns
+    # the share of a person's "the (adjective) noun" draws that take MALE_MORE / FEMALE_MORE's nouns
     # ("the widow", "the bridegroom") instead of lexicon.GENDERED_PAIRS'; 0 = no such draw, draw for draw
     more_sexed: float = 0.0
 
 
-EXTRA_NAMES = Path(__file__).resolve().parents[2] / "training" / "data" / "first_names_extra.tsv"
-COMMON_NAMES = Path(__file__).resolve().parents[2] / "training" / "data" / "first_names_common.tsv"
+EXTRA_NAMES = Path(__file__).resolve().parent / "data" / "first_names_extra.tsv"
+COMMON_NAMES = Path(__file__).resolve().parent / "data" / "first_names_common.tsv"
 EXTRA_SHARE = 0.3
 
 
 def read_extra_names(path: Path = EXTRA_NAMES) -> tuple[list, list]:
-    """(male, female) first names of data/first_names_extra.tsv (scripts/build_extra_names.py) or of
-    another file in its format (data/first_names_common.tsv, scripts/build_common_names.py)."""
+    """(male, female) first names of data/first_names_extra.tsv (training/scripts/build_extra_names.py) or of
+    another file in its format (data/first_names_common.tsv, training/scripts/build_common_names.py)."""
     rows = [ln.split("\t") for ln in Path(path).read_text(encoding="utf-8").splitlines()
             if ln.strip() and not ln.startswith("#")]
     return [n for n, s in rows if s == "m"], [n for n, s in rows if s == "f"]
@@ -202,7 +205,7 @@ def load_lists(corpus: Path, min_sg: int = 3, min_pl: int = 2, extra_names: bool
                  frame_share=verb_frames, more_sexed=more_sexed)
 
 
-# round 14: lexical verbs in the corpus. A verb form counts as finite, and its number as known, right
+# Lexical verbs in the corpus. A verb form counts as finite, and its number as known, right
 # after he / she / it (3rd singular) or they (plural), or after a determiner and a noun of the same
 # number ("the drug produces", "the wheels make"); a next word that is an auxiliary or "of" rules the
 # hit out ("the bus stops are"), and so does a next word that is one of the verbs ("the disk drives lie").
@@ -255,7 +258,7 @@ def verb_frames_from_corpus(sentences: list[str], verbs: list[str], nouns_sg: li
 
 
 def frame_agreement_item(rng, lists: Lists, item: dict) -> dict:
-    """An agreement item whose predicate is replaced by a corpus verb and its tail (round 14)."""
+    """An agreement item whose predicate is replaced by a corpus verb and its tail."""
     verb, tails = rng.choice(lists.verb_frames)
     subject = item["text"].split(" [MASK] ")[0]
     sg, pl = L.third_singular(verb), verb
@@ -265,7 +268,7 @@ def frame_agreement_item(rng, lists: Lists, item: dict) -> dict:
                 verb="frame")
 
 
-# round 11: object relative clauses whose own subject is a sexed common noun of the other sex
+# Object relative clauses whose own subject is a sexed common noun of the other sex
 WHOM_VERBS = ["had met", "had known", "had married", "admired", "had trained", "had hired", "visited", "had taught",
               "had followed", "had painted", "had nursed", "had courted", "distrusted", "had raised"]
 WHOM_TAILS = ["in {place}", "in {year}", "as a child", "years before", "at school", "during the war", "at court", ""]
@@ -280,13 +283,13 @@ def _sexed_contrast(rng, lists: Lists, subj: str, other: str, k: int, vp: str) -
     return f"{subj} , whom {who} {rng.choice(WHOM_VERBS)} {_fill(rng, rng.choice(WHOM_TAILS))} , {vp} ."
 
 
-# round 10: appositions whose head noun gives the subject's sex, followed by the distractors of the
+# Appositions whose head noun gives the subject's sex, followed by the distractors of the
 # other sex ("the younger brother of {d}") or, without distractors, a title or a role ("the last queen
 # of egypt", "an actress from vienna"); (male, female)
 SEXED_OF = [("son", "daughter"), ("younger brother", "younger sister"), ("elder brother", "elder sister"),
             ("husband", "wife"), ("widower", "widow"), ("father", "mother"), ("nephew", "niece"),
             ("grandson", "granddaughter"), ("uncle", "aunt"), ("stepson", "stepdaughter"), ("fiance", "fiancee")]
-# round 16: more nouns whose meaning gives the sex, beside lexicon.GENDERED_PAIRS' 36 pairs (not repeated
+# More nouns whose meaning gives the sex, beside lexicon.GENDERED_PAIRS' 36 pairs (not repeated
 # here), for a real-style person's "the (adjective) noun": only words whose ordinary senses are all of one
 # sex ("widow", "bridegroom"), not words for a role that people of either sex have ("priest", "heir",
 # "chairman", "poet", "nurse"): that would teach a stereotype, not a meaning
@@ -332,7 +335,7 @@ def _person(rng, lists: Lists, sex: str) -> str:
     names = lists.male if sex == "m" else lists.female
     names = names[:600] if rng.random() < 0.5 else names  # common names more often
     extra = lists.extra_male if sex == "m" else lists.extra_female
-    if extra and rng.random() < EXTRA_SHARE:  # no draw without extras: the round-3 items unchanged
+    if extra and rng.random() < EXTRA_SHARE:  # no draw without extras: the same items as without the lists
         names = extra
     r = rng.random()
     if r < 0.45:
@@ -340,7 +343,7 @@ def _person(rng, lists: Lists, sex: str) -> str:
     if r < 0.65:
         title = rng.choice(MALE_TITLES if sex == "m" else FEMALE_TITLES)
         return title + " " + rng.choice([rng.choice(names), rng.choice(lists.surnames), rng.choice(names) + " " + rng.choice(lists.surnames)])
-    if lists.more_sexed and rng.random() < lists.more_sexed:  # no draw at 0: the round-3 items unchanged
+    if lists.more_sexed and rng.random() < lists.more_sexed:  # no draw at 0: the same items as without the option
         noun = rng.choice(MALE_MORE if sex == "m" else FEMALE_MORE)
     else:
         noun = rng.choice(L.GENDERED_PAIRS)[0 if sex == "m" else 1]
@@ -507,7 +510,7 @@ def stacked_agreement_item(rng, lists: Lists) -> dict:
 
 
 
-# --- news / encyclopedia prose (issue #16, second round) ----------------------------------------
+# --- news / encyclopedia prose ------------------------------------------------------------------
 # Subjects and distractors in the shapes of news and Wikipedia sentences: comma appositions, comma
 # relative clauses ("which" / "who" / "whose"), participial phrases ("led by ...", "based in ..."),
 # coordinated lists, numbers and years, proper names of people, places, companies and days, and
@@ -839,7 +842,7 @@ def agreement_item(rng, lists: Lists) -> dict:
         item = news_agreement_item(rng, lists)
     else:
         item = stacked_agreement_item(rng, lists)
-    if lists.verb_frames and rng.random() < lists.frame_share:  # round 14; no draw at all when off
+    if lists.verb_frames and rng.random() < lists.frame_share:  # no random draw at all when there are no frames
         item = frame_agreement_item(rng, lists, item)
     return item
 

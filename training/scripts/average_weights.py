@@ -1,7 +1,7 @@
 """Average the weights of model folders of one architecture and tokenizer ("model soup", Wortsman et
-al. 2022; issue #16, round 5): every tensor of model.safetensors, uniform weights, in float32.
+al. 2022): every tensor of model.safetensors, uniform weights, in float32.
 
-    python scripts/average_weights.py --out FOLDER RUN1 RUN2 [RUN3 ...]
+    python training/scripts/average_weights.py --out FOLDER RUN1 RUN2 [RUN3 ...]
 
 OUT gets the averaged model.safetensors, the first run's config.json and tokenizer files, and a
 soup.json naming the runs (with each run's train_log.json command when present).

@@ -1,4 +1,4 @@
-"""The real-style training items (issue #16) are labelled right: checked by reading each sentence back
+"""The real-style training items (training/real_style.py) are labelled right: checked by reading each sentence back
 with plain rules (who is the main-clause subject, what number the head noun has), not by the
 generator's own bookkeeping."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import collections
 
 import pytest
 
-from attnviz.builtin import lexicon as L
-from attnviz.builtin import real_style as R
+from training import lexicon as L
+from training import real_style as R
 
 MALE = ["john", "peter", "omar", "george", "luis"]
 FEMALE = ["mary", "anna", "sofia", "linda", "grace"]
@@ -64,7 +64,7 @@ def test_pronoun_items_refer_to_the_subject(seed):
             assert it["construction"] in ("simple", "year", "adv", "coord")
 
 
-# --- round 4: first names the census lists lack (data/first_names_extra.tsv) ---
+# --- first names the census lists lack (data/first_names_extra.tsv) ---
 
 EXTRA_M, EXTRA_F = ["wolfgang", "johann", "giacomo"], ["ingeborg", "priya", "giuliana"]
 
@@ -122,10 +122,10 @@ def test_extra_names_file_gives_each_name_one_sex():
     assert not {"said", "made", "ran", "less", "among", "odd", "media"} & set(male + female)
 
 
-# --- round 5: a short list of common non-English first names (data/first_names_common.tsv) ---
+# --- a short list of common non-English first names (data/first_names_common.tsv) ---
 
 def _tiny_corpus(tmp_path):
-    """The files load_lists reads, in the format scripts/build_corpus.py writes them."""
+    """The files load_lists reads, in the format training/scripts/build_corpus.py writes them."""
     (tmp_path / "names_male.txt").write_text("\n".join(MALE) + "\n")
     (tmp_path / "names_female.txt").write_text("\n".join(FEMALE) + "\n")
     (tmp_path / "surnames.txt").write_text("smith\ngarcia\nbrown\n")
@@ -135,8 +135,8 @@ def _tiny_corpus(tmp_path):
 
 
 def test_common_names_file_is_a_short_subset_of_the_extra_names():
-    """data/first_names_common.tsv (scripts/build_common_names.py): one sex per name, each name on round
-    4's first_names_extra.tsv with the same sex (so the same filters hold), short enough that a 300-step
+    """data/first_names_common.tsv (scripts/build_common_names.py): one sex per name, each name on
+    first_names_extra.tsv with the same sex (so the same filters hold), short enough that a 300-step
     run draws each name about twice (849 male, 771 female)."""
     male, female = R.read_extra_names(R.COMMON_NAMES)
     xm, xf = R.read_extra_names()
@@ -151,7 +151,7 @@ def test_common_names_file_is_a_short_subset_of_the_extra_names():
 def test_common_names_option(tmp_path, seed):
     """load_lists(common_names=True) (train_real --common-names): the persons' first names are drawn from
     the common list now and then, the items stay right; off (the default), the lists and so the items
-    are round 3's; one list at a time."""
+    are those of the census names alone; one list at a time."""
     corpus = _tiny_corpus(tmp_path)
     off, on = R.load_lists(corpus), R.load_lists(corpus, common_names=True)
     assert off.extra_male == off.extra_female == []
@@ -168,7 +168,7 @@ def test_common_names_option(tmp_path, seed):
 
 
 def test_train_real_refuses_both_name_lists(tmp_path):
-    from attnviz.builtin import train_real
+    from training import train_real
     with pytest.raises(SystemExit):
         train_real.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--extra-names", "--common-names"])
     with pytest.raises(SystemExit):  # --hidden sizes a new model; fine-tuning keeps the model's own size
@@ -304,13 +304,13 @@ def test_agreement_items_mix_news_and_stacked_frames():
 
 
 def test_dev_sets_are_apart_from_the_test_sets():
-    """The hand-written dev sets the issue-16 recipe was tuned on share no sentence with the real test
+    """The hand-written dev sets the training recipe was tuned on share no sentence with the real test
     sets, have the same fields, and cover 0-4 attractors evenly (agreement: plain and news style)."""
     import collections
 
-    from attnviz.builtin.common import PACKAGE_DATA, read_jsonl
+    from attnviz.datasets import read_jsonl, set_path
     for dev_name, test_name in (("real_dev_agreement", "real_agreement"), ("real_dev_pronoun", "real_pronoun")):
-        dev, test = read_jsonl(PACKAGE_DATA / f"{dev_name}.jsonl"), read_jsonl(PACKAGE_DATA / f"{test_name}.jsonl")
+        dev, test = read_jsonl(set_path(f"{dev_name}.jsonl")), read_jsonl(set_path(f"{test_name}.jsonl"))
         norm = lambda t: " ".join(t.lower().split())  # noqa: E731
         assert not {norm(i["text"]) for i in dev} & {norm(i["text"]) for i in test}
         assert {frozenset(i) for i in dev} == {frozenset(test[0])}
@@ -325,7 +325,7 @@ def test_dev_sets_are_apart_from_the_test_sets():
                 assert sg == (it["subject_number"] == "sg"), it
 
 
-# --- round 10: appositions that tell the subject's sex ---
+# --- appositions that tell the subject's sex ---
 MALE_HEADS = {"son", "brother", "husband", "widower", "father", "nephew", "grandson", "uncle", "stepson", "fiance",
               "king", "prince", "duke", "emperor", "actor", "monk", "businessman", "policeman", "schoolboy",
               "waiter", "headmaster", "landlord", "chairman", "sportsman"}
@@ -408,7 +408,7 @@ def test_sexed_contrast_option(tmp_path, seed):
         R.load_lists(corpus, sexed_contrast=-0.1)
 
 
-# --- round 14: lexical verbs and their tails from corpus sentences ---
+# --- lexical verbs and their tails from corpus sentences ---
 
 def test_verb_frames_read_finite_verbs_and_their_number():
     """verb_frames_from_corpus: a verb form counts after he / she / it (3rd singular), they (plural) or a
@@ -455,7 +455,7 @@ def test_verb_frames_option(tmp_path, seed):
         R.load_lists(corpus, verb_frames=0.5)
 
 
-# --- round 16: more nouns whose meaning gives the sex ---
+# --- more nouns whose meaning gives the sex ---
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_more_sexed_option(tmp_path, seed):

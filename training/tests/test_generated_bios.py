@@ -1,4 +1,4 @@
-"""scripts/generate_bios.py (issue #16, round 6): the sentences made from SmolLM2's biographies.
+"""training/scripts/generate_bios.py: the sentences made from SmolLM2's biographies.
 Checked against hand-written biographies and the expected sentences written out, not the script's
 own bookkeeping; and `train_real --generated` turns them into items whose answer is the word masked."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("generate_bios", ROOT / "scripts" / "generate_bios.py")
+TRAINING = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("generate_bios", TRAINING / "scripts" / "generate_bios.py")
 G = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(G)
 
@@ -53,7 +53,7 @@ def test_spaced_punctuation():
 
 
 def test_train_real_generated_items(tmp_path):
-    from attnviz.builtin import train_real
+    from training import train_real
 
     sents = ["Ludmila spent her last years in Vienna , where she taught .",
              "Karel was a painter and he sold his work ."]

@@ -1,10 +1,10 @@
-"""Build attnviz/builtin/data/first_names_common.tsv: a short list of common non-English first names
-by sex (issue #16, round 5), for the real-style pronoun items (attnviz/builtin/real_style.py,
+"""Build training/data/first_names_common.tsv: a short list of common non-English first names
+by sex, for the real-style pronoun items (training/real_style.py,
 `load_lists(..., common_names=True)`, `train_real --common-names`).
 
-    python scripts/build_common_names.py [--out attnviz/builtin/data/first_names_common.tsv]
+    python training/scripts/build_common_names.py [--out training/data/first_names_common.tsv]
 
-The names are a subset of round 4's data/first_names_extra.tsv (scripts/build_extra_names.py: the
+The names are a subset of training/data/first_names_extra.tsv (build_extra_names.py: the
 Faker names that the census lists lack, one sex in every locale, no census surname, corpus noun or
 common lowercase corpus word), picked by commonness from PyPI `Faker` 40.63.0 (MIT licence; fetched
 with `pip download --no-deps` and unpacked, never installed, never imported at run time by attnviz),
@@ -37,8 +37,8 @@ MAX_SHORT = 100
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "attnviz/builtin/data/first_names_common.tsv"))
-    ap.add_argument("--extra", default=str(ROOT / "attnviz/builtin/data/first_names_extra.tsv"))
+    ap.add_argument("--out", default=str(ROOT / "training/data/first_names_common.tsv"))
+    ap.add_argument("--extra", default=str(ROOT / "training/data/first_names_extra.tsv"))
     ap.add_argument("--faker-dir", default=None,
                     help="an unpacked Faker 40.63.0 wheel (the folder holding faker/); default: pip download it")
     args = ap.parse_args(argv)
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
     rows = sorted([(n, "m") for n in picked["m"]] + [(n, "f") for n in picked["f"]])
     head = (f"# common first names by sex that the census lists lack: {FAKER} (MIT) person providers, the first "
             f"{TOP_WEIGHTED} of each weighted list\n# and every short (<= {MAX_SHORT}) unweighted list, within "
-            f"first_names_extra.tsv; built by scripts/build_common_names.py ({len(picked['m'])} male, "
+            f"first_names_extra.tsv; built by training/scripts/build_common_names.py ({len(picked['m'])} male, "
             f"{len(picked['f'])} female)\n")
     Path(args.out).write_text(head + "".join(f"{n}\t{s}\n" for n, s in rows), encoding="utf-8")
     print(f"{len(picked['m'])} male, {len(picked['f'])} female -> {args.out}")

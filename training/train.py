@@ -1,6 +1,6 @@
 """Train a built-in masked language model on the synthetic grammar.
 
-    python -m attnviz.builtin.train --model agreement --seed 0
+    python -m training.train --model agreement --seed 0
 
 `agreement` is ONE joint model trained on both tasks (verb-number agreement and possessive
 pronouns), so builtin:agreement answers both kinds of sentence. `--model pronoun` trains the same
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on CPUs "
                     "with AVX512-BF16/AMX)")
     ap.add_argument("--eval-every", type=int, default=500)
-    ap.add_argument("--out", default=None, help="output folder (default assets/models/MODEL for "
-                    "seed 0, assets/models/MODEL-seedN otherwise)")
+    ap.add_argument("--out", default=None, help="output folder (default: the built-in models' folder "
+                    "attnviz/data/models/MODEL for seed 0, MODEL-seedN otherwise)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     t_total = time.time() - t_start
     model.eval()
     model.save_pretrained(str(out))
-    info = {"command": "python -m attnviz.builtin.train " + " ".join(sys.argv[1:] if argv is None
+    info = {"command": "python -m training.train " + " ".join(sys.argv[1:] if argv is None
                                                                       else argv),
             "model": args.model, "tasks": list(tasks), "seed": args.seed, "steps": args.steps,
             "batch_size": args.batch_size, "lr": args.lr, "warmup": args.warmup,

