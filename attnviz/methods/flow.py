@@ -57,7 +57,7 @@ _CAUSAL_FACTOR = 1 / 15
 def estimate_seconds(L: int, n: int, layers: Optional[Iterable[int]] = None, workers: int = 1,
                      causal: bool = False) -> float:
     """Rough cost in seconds of flow for L layers x n tokens (only `layers`, 0-based, if given), shown
-    before a long run and used to decide where flow is offered at all (schedule.limit_reason).
+    before a long run and used to decide where flow is offered at all (jobs.limit_reason).
 
     Compiled kernels: about c * n^3 * (layers counted), where the layers above the second count
     (layers 1-2 are closed form) but at most four of them: the bounds settle most pairs of the upper
