@@ -10,7 +10,7 @@ import streamlit as st
 from attnviz import context, figures
 
 from attnviz.text import token_labels
-from attnviz.jobs import Job, rough_seconds
+from attnviz.jobs import Job, ResultCache, rough_seconds, run
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
 from attnviz.app import ui
@@ -70,9 +70,10 @@ def _sentence(spec: str, text: str, cap: int, steps: int, lm):
 
 
 @st.cache_resource
-def _corpus_store() -> dict:
-    """(spec, steps, sentences, no_special) -> CorpusMixing, shared by every session (read-only)."""
-    return {}
+def _corpus_store() -> ResultCache:
+    """(spec, steps, sentences, no_special) -> CorpusMixing, shared by every session (read-only), the 16
+    used last."""
+    return ResultCache(maxsize=16)
 
 
 def layer_lines(per_layer: dict, title: str, key: str) -> go.Figure:
@@ -169,12 +170,14 @@ if ckey not in store:
     if st.button(f"Compute over {n_use} sentences", key="cm_corpus_go", icon=":material/play_arrow:"):
         bar = st.progress(0.0, text="starting…")
 
-        def _tick(done, total):
-            bar.progress(done / total, text=f"sentence {done} of {total}")
+        def _corpus(progress):
+            return context.corpus_mixing(lm, sentences[:n_use], steps=steps, exclude_special=no_special,
+                                         progress=lambda done, total: progress(f"sentence {done} of {total}",
+                                                                               done / total),
+                                         max_tokens=ui.cap())
 
         try:
-            store[ckey] = context.corpus_mixing(lm, sentences[:n_use], steps=steps, exclude_special=no_special,
-                                                progress=_tick, max_tokens=ui.cap())
+            store.put(ckey, run(_corpus, report=lambda stage, f, left: bar.progress(f, text=f"{stage or ''}{left}")))
         except InputError as e:
             ui.show_error(e)
         bar.empty()
