@@ -71,7 +71,7 @@ def main():
     t_med, t_min = timed(lambda: trace(lm, enc, dtype=dtype), args.repeat)
     m_med, m_min = timed(method, args.repeat)
     res = method()
-    err = max(res["maps"]["atb_ff_res_ln"].meta["completeness"])
+    err = res["maps"]["atb_ff_res_ln"].completeness.worst
     L = tr.n_layers
     print(f"MiniLM, {len(enc.tokens)} tokens, {L} layers, IG steps {args.steps} (Gauss-Legendre), trace {args.dtype}")
     print(f"one forward pass (reference): median {f_med * 1e3:8.1f} ms   min {f_min * 1e3:8.1f} ms")

@@ -103,7 +103,7 @@ def test_completeness_against_model_output(tokenizer, family):
         assert float(((F.sum(1) + rF - ffn_real).norm(dim=-1) / ffn_real.norm(dim=-1)).max()) < 1e-6
     m = METHODS["atb_ff_res_ln"].compute(tr)
     assert m.layer.shape == (L, len(tr.tokens), len(tr.tokens))
-    assert max(m.meta["completeness"]) < 1e-6
+    assert m.completeness.worst < 1e-6
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
@@ -111,7 +111,7 @@ def test_completeness_error_is_the_ig_error(tokenizer, family):
     """The error falls with the number of steps (one node is far off for a curved activation)."""
     lm = _model(tokenizer, family, scale=20.0)
     tr = trace(lm, LONG, dtype=torch.float64)
-    errs = [max(atb_ff.analyse(tr, s)["maps"]["atb_ff"].meta["completeness"]) for s in (1, 4, 32)]
+    errs = [atb_ff.analyse(tr, s)["maps"]["atb_ff"].completeness.worst for s in (1, 4, 32)]
     assert errs[0] > 1e-2 and errs[2] < 1e-6 and errs[0] > errs[1] > errs[2], errs
 
 
@@ -120,12 +120,12 @@ def test_minilm_completeness(minilm):
     assert 28 <= len(tr.tokens) <= 40
     hs = _real_outputs(minilm, LONG)
     res = atb_ff.analyse(tr)
-    assert max(res["maps"]["atb_ff_res_ln"].meta["completeness"]) < 1e-3
+    assert res["maps"]["atb_ff_res_ln"].completeness.worst < 1e-3
     for l in range(tr.n_layers):
         P, rem, _ = atb_ff.layer_parts(tr, l)["atb_ff_res_ln"]
         real = hs[l + 1]
         assert float(((P.sum(1) + rem - real).norm(dim=-1) / real.norm(dim=-1)).max()) < 1e-3
-    assert max(atb_ff.analyse(tr, 1)["maps"]["atb_ff_res_ln"].meta["completeness"]) > 1e-2
+    assert atb_ff.analyse(tr, 1)["maps"]["atb_ff_res_ln"].completeness.worst > 1e-2
 
 
 def test_builtin_completeness():
@@ -249,7 +249,7 @@ def test_linear_activation_exact_with_one_step(tokenizer, family):
             ref = ((u @ Wg) * (cu + 0.5 * Su)[:, None] + (u @ Wu) * (cg + 0.5 * Sg)[:, None]) @ Wd
         assert torch.allclose(F, ref.detach(), rtol=0, atol=1e-10 * float(ref.abs().max())), (family, l)
         # against the model's own output (float64 Llama carries ~1e-7 of rotary rounding)
-        assert max(atb_ff.analyse(tr, 1)["maps"]["atb_ff_res_ln"].meta["completeness"]) < 1e-6
+        assert atb_ff.analyse(tr, 1)["maps"]["atb_ff_res_ln"].completeness.worst < 1e-6
 
 
 # ------------------------------------------------------------------ maps and ratios from the parts
@@ -300,7 +300,7 @@ def test_registry_and_analyze(make_tiny):
     an = attnviz.analyze(lm, SENTENCE, methods=["attn_res_ln", "atb_ff", "atb_ff_res", "atb_ff_res_ln"])
     n = len(an.tokens)
     assert an.maps["atb_ff_res_ln"].layer.shape == (2, n, n)
-    assert max(an.maps["atb_ff_res_ln"].meta["completeness"]) < 1e-3
+    assert an.maps["atb_ff_res_ln"].completeness.worst < 1e-3
     with pytest.raises(ValueError):
         atb_ff.ig_nodes(0)
     with pytest.raises(ValueError):

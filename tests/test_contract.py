@@ -18,7 +18,7 @@ import torch
 import attnviz
 from conftest import plotly_array
 from attnviz.faithfulness.importance import BASELINES, BaselineInfo, importance
-from attnviz.methods import METHODS, MethodInfo, Option, register, unregister
+from attnviz.methods import METHODS, Completeness, MethodInfo, Option, register, unregister
 from attnviz.methods import info as info_mod
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,13 @@ def test_declarations_match_what_compute_returns(make_tiny):
             assert m.name == name
             assert m.layer.shape == (tr.n_layers, n, n), name
             assert (m.heads is not None) == info.per_head, name
-            assert ("completeness" in m.meta) == info.completeness, name
+            # the completeness error is a typed field of the Map, one error per layer and what it measures
+            assert (m.completeness is not None) == info.completeness and "completeness" not in m.meta, name
+            if m.completeness is not None:
+                assert isinstance(m.completeness, Completeness) and len(m.completeness.errors) == tr.n_layers, name
+                assert all(isinstance(e, float) and 0 <= e < 1 for e in m.completeness.errors), name
+                assert m.completeness.worst == max(m.completeness.errors), name
+                assert "output" in m.completeness.target or "resid" in m.completeness.target, name
             if info.rows_sum_to_one:
                 np.testing.assert_allclose(m.layer.sum(-1), 1.0, atol=1e-9, err_msg=name)
             else:  # norms: not shares

@@ -281,7 +281,7 @@ def test_atb_ff_fused_equals_explicit_parts(tr64, family, monkeypatch):
                 np.testing.assert_allclose(res["maps"][k].layer[l], P.norm(dim=-1).numpy(), atol=1e-12)
                 np.testing.assert_allclose(res["ratios"][atb_ff.RATIO_NAMES[k]][l], _ratio_plain(P), atol=1e-12)
                 err = float(((P.sum(1) + rem - real).norm(dim=-1) / real.norm(dim=-1)).max())
-                assert abs(res["maps"][k].meta["completeness"][l] - err) < 1e-12
+                assert abs(res["maps"][k].completeness.errors[l] - err) < 1e-12
 
 
 # ------------------------------------------------------------------ ALTI: chunked scores against the full vectors

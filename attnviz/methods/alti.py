@@ -14,7 +14,7 @@ Contribution: c_ij = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), C_ij = c_ij / Σ_
 `normalize_contributions(..., 'min_sum', resultant_norm=||y||_1)`). Aggregation by rollout without an
 added identity (the residual is already inside T_i(x_i)): R_1 = C_1, R_l = C_l R_{l-1}.
 
-Map.layer [L, n, n] = R_l (rows sum to 1); meta["per_layer"] = C_l; meta["completeness"] [L] =
+Map.layer [L, n, n] = R_l (rows sum to 1); meta["per_layer"] = C_l; Map.completeness [L] =
 max_i ||Σ_j T_i(x_j) + bias_i - real_i|| / ||real_i|| against the recomputed LN1 output (post-LN) or
 residual stream (pre-LN).
 
@@ -34,7 +34,7 @@ import torch
 from .. import linear
 from . import attn_res_ln
 from .info import MethodInfo
-from .base import Map, chain, per_layer, row_normalise
+from .base import Completeness, Map, chain, per_layer, row_normalise
 
 
 def layer_contributions(trace, l: int):
@@ -93,14 +93,17 @@ def compute(trace, *, progress=None) -> Map:
     res = per_layer(trace, layer_scores, progress)  # not the [n, n, d] vectors
     per = np.stack([r[0] for r in res])
     errs = [r[1] for r in res]
-    meta = {"rows_sum_to_one": True, "per_layer": per, "completeness": errs,
+    meta = {"rows_sum_to_one": True, "per_layer": per,
             "aggregation": "rollout of the per-layer contributions, no identity added"}
-    if trace.placement != "post":
+    post = trace.placement == "post"
+    completeness = Completeness(tuple(errs), "the recomputed output of the first LayerNorm (resid_mid)" if post
+                                else "the recomputed residual stream after attention (resid_attn)")
+    if not post:
         meta["note"] = ("pre-LN: T_i(x_j) are the attention-block + residual vectors (the authors' "
                         "pre_layer_norm branch); the output is the residual stream after attention")
     else:
         meta["note"] = "attention block through LN1 (the FFN, LN2 are not in the per-layer map, as in the paper)"
-    return Map("alti", chain(per, trace.lm.device), None, meta)
+    return Map("alti", chain(per, trace.lm.device), None, meta, completeness)
 
 
 INFO = MethodInfo(

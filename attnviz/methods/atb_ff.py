@@ -34,7 +34,7 @@ import torch
 from .. import linear
 from ..linear import RULES  # noqa: F401 - re-exported
 from . import attn_res_ln
-from .base import Map
+from .base import Completeness, Map
 from .info import MethodInfo, Option
 
 DEFAULT_STEPS = 32
@@ -270,8 +270,8 @@ def analyse(trace, steps: int = DEFAULT_STEPS, rule: str = "gauss", progress=Non
 
     One pass over the layers for all three scopes, kept with the trace (trace.cached, key
     ("atb_ff", steps, rule)): the three registry entries read the same pass.
-    Map.meta: completeness [L] (max_i ||Σ_j parts_ij + remainder_i - real_i|| / ||real_i||),
-    remainder_norm [L,n], steps, rule, target (what "real" is).
+    Map.completeness: [L] max_i ||Σ_j parts_ij + remainder_i - real_i|| / ||real_i|| and what "real"
+    is; Map.meta: remainder_norm [L,n], steps, rule.
     """
     if trace.lm.arch is None or not trace.layers:
         raise ValueError("ATBFFRESLN needs the functional trace, which this model does not have")
@@ -305,11 +305,10 @@ def _analyse(trace, steps: int, rule: str, progress=None) -> dict:
     }
     res = {"maps": {}, "ratios": {}}
     for k in NAMES:
-        meta = {"rows_sum_to_one": False, "completeness": errs[k], "remainder_norm": np.stack(rem_norm[k]),
-                "steps": int(steps), "rule": rule, "target": targets[k]}
+        meta = {"rows_sum_to_one": False, "remainder_norm": np.stack(rem_norm[k]), "steps": int(steps), "rule": rule}
         if k == "atb_ff_res_ln" and pre:
             meta["note"] = "pre-LN: no norm after the second residual, equals atb_ff_res"
-        res["maps"][k] = Map(k, np.stack(maps[k]), None, meta)
+        res["maps"][k] = Map(k, np.stack(maps[k]), None, meta, Completeness(tuple(errs[k]), targets[k]))
         res["ratios"][RATIO_NAMES[k]] = np.stack(ratios[k])
     return res
 

@@ -10,14 +10,31 @@ import torch
 from ..linear import summed_norms  # noqa: F401 - the methods import it from here
 
 
+@dataclass(frozen=True)
+class Completeness:
+    """How closely a decomposition adds up: for each layer, the largest relative error over the
+    receiving tokens i of its parts plus its remainder against the real vector they split,
+    max_i ||Σ_j parts_ij + remainder_i - real_i|| / ||real_i||."""
+
+    errors: tuple  # [L] floats, one per layer
+    target: str  # what the real vector is, e.g. "the model's layer output (hidden_states)"
+
+    @property
+    def worst(self) -> float:
+        """The largest error over the layers (0 for no layers)."""
+        return max(self.errors) if self.errors else 0.0
+
+
 @dataclass
 class Map:
-    """layer [L, n, n] (row i receives, column j is the source); heads [L, H, n, n] or None."""
+    """layer [L, n, n] (row i receives, column j is the source); heads [L, H, n, n] or None;
+    completeness: set by the methods that split a real vector into parts (MethodInfo.completeness)."""
 
     name: str
     layer: np.ndarray
     heads: Optional[np.ndarray] = None
     meta: dict = field(default_factory=dict)
+    completeness: Optional[Completeness] = None
 
 
 def with_residual(A: np.ndarray) -> np.ndarray:

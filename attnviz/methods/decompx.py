@@ -17,7 +17,7 @@ code computes it (vector aggregation, include_biases, bias_decomp_type="absdot",
   post-LN:   E = LN2(LN1(A) + FFN(LN1(A))) distributed as above;  pre-LN: E = A + FFN(norm2(A)),
              norm1 distributed over E before the values.
 Every bias is split over the parts, and the zero-origin slope is exact at the real point, so
-Σ_k E^l_ik equals the model's real layer output (a test); Map.meta["completeness"] [L] reports
+Σ_k E^l_ik equals the model's real layer output (a test); Map.completeness [L] reports
 max_i ||Σ_k E^l_ik - real_i|| / ||real_i|| (real: hidden_states[l+1]; the last pre-LN layer: the
 recomputed output before the final norm).
 
@@ -39,7 +39,7 @@ import torch
 
 from .. import linear
 from .info import MethodInfo
-from .base import Map
+from .base import Completeness, Map
 
 EPS = 1e-12  # the authors' guard in the absdot weights and the zero-origin slope
 # the FFN's [pairs, I] products run in chunks of whole receivers of about this many bytes (on a GPU:
@@ -212,13 +212,14 @@ def decompose(trace, progress=None):
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map decompx: ||E^l_ik||, layer-l output of token i attributed to input token k."""
     norms, errs, _ = decompose(trace, progress)
-    meta = {"rows_sum_to_one": False, "completeness": errs,
-            "target": "the model's layer output (hidden_states; the last pre-LN layer before the final norm)"}
+    meta = {"rows_sum_to_one": False}
+    completeness = Completeness(tuple(errs), "the model's layer output (hidden_states; the last pre-LN layer "
+                                             "before the final norm)")
     if trace.placement != "post":
         meta["note"] = ("pre-LN: norm1 and norm2 distributed over the parts with the real statistics; "
                         + ("gated MLP: each part gets the mean of the two zero-origin linearisations "
                            "(not in the paper)" if trace.weights[0].w_gate is not None else "GeLU zero-origin slope"))
-    return Map("decompx", norms, None, meta)
+    return Map("decompx", norms, None, meta, completeness)
 
 
 INFO = MethodInfo(

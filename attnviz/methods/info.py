@@ -43,7 +43,7 @@ class MethodInfo:
     layer_map: str = "layer map"  # what Map.layer is beside the heads (e.g. "head mean")
     rows_sum_to_one: bool  # every row is a share of 1
     decomposition: bool  # needs the functional trace (disabled when the model fails its self-check)
-    completeness: bool = False  # reports a completeness error per layer in Map.meta["completeness"]
+    completeness: bool = False  # fills Map.completeness (its error per layer against the real vectors)
     ratios: tuple = ()  # the context-mixing ratios (Kobayashi et al. 2021) this method's vectors give
     options: tuple = ()  # Option(...) for each keyword option of compute()
     cost: str = "cheap"  # "cheap" (attention only), "norms" (one pass of norms), "pairs" (every

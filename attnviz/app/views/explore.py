@@ -200,10 +200,10 @@ def maps_panel():
     for m in shown:
         st.caption(ui.plain(ui.explain(m)))
     for m in shown:
-        comp = a.maps[m].meta.get("completeness")
-        if comp is not None and len(comp) > l:
+        comp = a.maps[m].completeness
+        if comp is not None and len(comp.errors) > l:
             st.caption(f"{ui.method_label(m)}: the source shares sum to the layer's real vector up to a relative "
-                       f"completeness error of {float(comp[l]):.1e} at layer {l + 1} (integrated gradients).")
+                       f"completeness error of {float(comp.errors[l]):.1e} at layer {l + 1} (integrated gradients).")
     if view.target is not None:
         tl = view.labels[view.target]
         rows = [M[view.target] for M in mats]
