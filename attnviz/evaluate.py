@@ -371,10 +371,10 @@ def evaluate_file(lm, path, batch_size: int = 32, limit: int | None = None) -> d
 
 def evaluate_spec(spec: str, files: list, batch_size: int = 32, limit: int | None = None) -> dict:
     """Load the model `spec` and evaluate it on each set of `files` (.jsonl paths or LinzenSets)."""
-    import attnviz
+    from .models.load import load_model
 
     t0 = time.perf_counter()
-    lm = attnviz.load_model(spec)
+    lm = load_model(spec)
     res = {"model": spec, "load_seconds": time.perf_counter() - t0, "task": lm.task,
            "describe": {k: v for k, v in lm.describe().items() if k not in ("self_check", "device")}, "sets": []}
     if lm.task not in ("masked_lm", "causal_lm"):

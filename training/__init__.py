@@ -11,5 +11,6 @@ encyclopedia and news prose), vocab (the grammar-only tokenizer), common (model 
 batching), train / train_real (the two recipes), make_data, evaluate (the EVAL.md and model-card
 writer). scripts/ builds the corpus and the name lists; tests/ checks all of it. The code uses only
 attnviz's public modules (attnviz.datasets, attnviz.evaluate, attnviz.resources, attnviz.load_model).
-EXPERIMENTS: PILOT_REAL.md is the diary of the experiments that chose the shipped recipe.
+PILOT_REAL.md is the diary of the experiments that chose the shipped recipe; EVAL.md the tables of the
+shipped models (written by training.evaluate).
 """
