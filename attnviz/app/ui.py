@@ -19,7 +19,8 @@ from streamlit.errors import StreamlitAPIException
 import attnviz
 from attnviz import METHODS, InputError, ModelLoadError, figures
 from attnviz.text import readable_token
-from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,
+# secs and time_left are the pages' too (ui.secs, ui.time_left): estimates and time left said alike everywhere
+from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,  # noqa: F401
                           view_jobs)
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
 
