@@ -28,7 +28,7 @@ def readable_token(tok: str) -> str:
     entries ('##s', '[CLS]') are kept as they are."""
     t = str(tok)
     if any(256 <= ord(c) <= 323 for c in t):  # GPT-2's byte-to-unicode table maps bytes there
-        from tokenizers.decoders import ByteLevel
+        from tokenizers.decoders import ByteLevel  # only for byte-level entries: text.py stays light
         t = ByteLevel().decode([t])
     elif any(ord(c) >= 0x80 for c in t) and all(c in _BYTE_CHARS for c in t):
         # 'Ã©' is 'é' in GPT-2's table (bytes C3 A9 map to themselves): decode it when the bytes are

