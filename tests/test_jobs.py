@@ -6,8 +6,6 @@ pieces called one by one (for the pipeline), estimates written as numbers here (
 registered for the test)."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -15,6 +13,7 @@ import attnviz
 from attnviz import METHODS, jobs
 from attnviz import adversarial as A
 from attnviz.adversarial import pipeline
+from attnviz.methods.info import MethodInfo
 from attnviz.trace import encode
 
 SENTENCE = "the keys to the cabinet [MASK] on the table ."
@@ -32,10 +31,12 @@ def _toy_compute(trace, *, progress=None):
 @pytest.fixture
 def toys():
     """Three registered methods with their own estimates in seconds for n tokens: 0.1·n, 10·n and n⁴."""
-    base = dataclasses.replace(METHODS["attention"], cost="norms", core=False, default_view=False)
     made = {"toy_soon": lambda lm, n: 0.1 * n, "toy_ask": lambda lm, n: 10.0 * n, "toy_huge": lambda lm, n: float(n) ** 4}
     for name, est in made.items():
-        METHODS.register(info=dataclasses.replace(base, name=name, label=name.replace("_", " "), estimate=est),
+        METHODS.register(info=MethodInfo(name=name, label=name.replace("_", " "), unit="toy weight (share of 1)",
+                                         summary="the attention, under another name", explain="A toy map.",
+                                         what="A toy map.", caveats="None.", rows_sum_to_one=True,
+                                         decomposition=False, cost="norms", estimate=est),
                          compute=_toy_compute)
     yield list(made)
     for name in made:
