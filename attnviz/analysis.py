@@ -11,11 +11,19 @@ import torch
 
 from .errors import InputError, LongInputWarning
 from .methods import METHODS
-from .methods import mixing as _mixing
 from .text import readable_token
 from .trace import DEFAULT_MAX_TOKENS, Trace, encode, single_token_id, trace as _trace, word_start_ids
 
 DEFAULT_METHODS = tuple(METHODS)
+# analyze() computes the context-mixing ratios of the methods of these cost classes (one pass over the
+# attention blocks in all); the FFN scopes' ratios come with their pass (context.all_ratios)
+MIXING_COSTS = ("cheap", "norms")
+
+
+def mixing_ratios(trace: Trace, options: Optional[dict] = None) -> dict:
+    """Trace -> {ratio: [L, n]}: the context-mixing ratios analyze() computes, those the registered methods
+    of the MIXING_COSTS classes declare (MethodInfo.ratios), in registry order, each from its method."""
+    return METHODS.mixing_ratios(trace, METHODS.ratio_names(costs=MIXING_COSTS), options)
 
 
 def _long_input(n: int) -> Optional[str]:
@@ -64,9 +72,6 @@ class Analysis:
     @property
     def n_layers(self) -> int:
         return next(iter(self.maps.values())).layer.shape[0] if self.maps else 0
-
-    def mixing_means(self) -> dict:
-        return {k: float(v.mean()) for k, v in self.mixing.items()}
 
 
 def method_options(methods: Sequence[str], options: Optional[dict] = None) -> dict:
@@ -142,7 +147,8 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     """Model + text -> Analysis. methods: names from METHODS (default all). Raises InputError for
     unusable text. Methods that need the functional trace are skipped with a reason when the
     model did not pass its self-check. options: {option: value} passed to every method that declares
-    that option (MethodInfo.options, e.g. {"workers": 1}), and {method: {option: value}} for one method."""
+    that option (MethodInfo.options, e.g. {"workers": 1}), and {method: {option: value}} for one method.
+    mixing: also the context-mixing ratios (mixing_ratios; only where the decompositions are available)."""
     methods = list(DEFAULT_METHODS if methods is None else methods)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -200,7 +206,7 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
     mix = {}
     if mixing and lm.decompositions_ok:
         t = time.perf_counter()
-        mix = _mixing.ratios(tr)
+        mix = mixing_ratios(tr, per_method)
         timings["mixing"] = time.perf_counter() - t
     if progress:
         progress("done", 1.0)

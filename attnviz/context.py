@@ -11,16 +11,16 @@ import torch
 
 from .errors import InputError
 from .faithfulness.correlation import spearman
-from .methods import METHODS, atb_ff
-from .methods import mixing as _mixing
+from .methods import METHODS
 from .resources import sets_dir
 
 SENTENCES_FILE = sets_dir() / "ordinary_sentences.txt"
 # the ratios the registered methods declare (MethodInfo.ratios), in registry order
 ALL_RATIOS = METHODS.ratio_names()
 # Kobayashi et al. (2024)'s contextualization change compares the attention block's map with the whole
-# layer's: these two registry entries, by definition of that measure
-BEFORE, AFTER = "attn_res_ln", "atb_ff_res_ln"
+# layer's: the two methods that declare those ends (MethodInfo.contextualization_change)
+BEFORE, AFTER = METHODS.change_pair()
+DEFAULT_STEPS = METHODS[AFTER].defaults()["steps"]  # the whole layer's quadrature nodes (its FFN split)
 
 
 def contextualization_change(a: np.ndarray, b: np.ndarray, causal: bool = False) -> np.ndarray:
@@ -42,11 +42,11 @@ def contextualization_change(a: np.ndarray, b: np.ndarray, causal: bool = False)
     return out
 
 
-def all_ratios(trace, steps: int = atb_ff.DEFAULT_STEPS) -> dict:
-    """Trace -> {name: [L, n]} for the five attention-block ratios and the three FFN ones (ALL_RATIOS)."""
-    out = dict(_mixing.ratios(trace))
-    out.update(atb_ff.ratios(trace, steps))
-    return {k: out[k] for k in ALL_RATIOS if k in out}
+def all_ratios(trace, steps: int = DEFAULT_STEPS) -> dict:
+    """Trace -> {name: [L, n]} for every ratio the registered methods declare (ALL_RATIOS: the five
+    attention-block ratios and the three FFN ones), each computed by its method; `steps` goes to those
+    that take it (the FFN split's quadrature nodes)."""
+    return METHODS.mixing_ratios(trace, options={"steps": steps})
 
 
 @dataclass
@@ -67,7 +67,7 @@ class SentenceMixing:
 
 
 def sentence_mixing(lm, text: str, target: Optional[int] = None, max_tokens: int = 128,
-                    steps: int = atb_ff.DEFAULT_STEPS, dtype: torch.dtype = torch.float32,
+                    steps: int = DEFAULT_STEPS, dtype: torch.dtype = torch.float32,
                     progress: Optional[Callable[[float], None]] = None) -> SentenceMixing:
     """Model + text -> SentenceMixing from one trace. Raises InputError for unusable text or a model
     whose decompositions are disabled. progress(fraction) while the layers are split."""
@@ -129,7 +129,7 @@ class CorpusMixing:
     skipped: list = field(default_factory=list)  # (sentence, reason)
 
 
-def corpus_mixing(lm, sentences: Sequence[str], steps: int = atb_ff.DEFAULT_STEPS, max_tokens: int = 128,
+def corpus_mixing(lm, sentences: Sequence[str], steps: int = DEFAULT_STEPS, max_tokens: int = 128,
                   exclude_special: bool = False, dtype: torch.dtype = torch.float32,
                   progress: Optional[Callable[[int, int], None]] = None) -> CorpusMixing:
     """Model + sentences -> CorpusMixing (token-weighted means, as Kobayashi et al. 2021 pooled them:
@@ -190,7 +190,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--model", action="append", default=None)
     ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--steps", type=int, default=atb_ff.DEFAULT_STEPS)
+    ap.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     ap.add_argument("--exclude-special", action="store_true")
     ap.add_argument("--file", default=None)
     ap.add_argument("--corpus", default="ordinary", choices=list(CORPORA))
@@ -201,7 +201,8 @@ def main(argv=None):
     for spec in a.model or ["pkg:minilm"]:
         cm = corpus_mixing(load_model(spec), sentences, steps=a.steps, exclude_special=a.exclude_special)
         res[f"{spec} ({cm.n_sentences} sentences, {cm.n_tokens} tokens)"] = cm
-        print(f"{spec}: worst ATBFFRESLN completeness error {cm.max_completeness:.1e}; skipped {len(cm.skipped)}")
+        print(f"{spec}: worst {METHODS[AFTER].label} completeness error {cm.max_completeness:.1e}; "
+              f"skipped {len(cm.skipped)}")
         for name in ALL_RATIOS:
             print(f"  {name:13s} per layer: " + " ".join(f"{100 * v:5.1f}" for v in cm.per_layer[name]))
     print(table(res))

@@ -205,6 +205,8 @@ class Trace(OnEncoded):
             ("head_mean",)             Trace.head_mean: [L, n, n] float64 tensor on the trace's device
             ("atb_ff", steps, rule)    methods.atb_ff.analyse: the three FFN scopes' maps and ratios
                                        from one pass over the layers
+            ("mixing",)                methods.mixing.attention_block: the per-layer parts of the
+                                       attention-block mixing ratios (five methods read them)
         """
         if not isinstance(key, tuple) or not key or not isinstance(key[0], str):
             raise ValueError(f"a cache key is a tuple starting with its owner's name, got {key!r}")

@@ -91,7 +91,10 @@ def one(spec: str, n: int, methods: list, threads: int, device: str = "cpu") -> 
     torch.set_num_threads(threads)
     import attnviz
     from attnviz.methods import METHODS
-    from attnviz.methods import mixing as _mixing
+    try:
+        from attnviz.analysis import mixing_ratios as _mixing_ratios
+    except ImportError:  # an older checkout
+        from attnviz.methods.mixing import ratios as _mixing_ratios
     from attnviz.trace import encode, trace
     # device= only when asked, so that this script also times an older checkout (the "before" figures)
     lm = attnviz.load_model(spec, **({} if device == "cpu" else {"device": device}))
@@ -132,7 +135,7 @@ def one(spec: str, n: int, methods: list, threads: int, device: str = "cpu") -> 
             sync()
             timings[m], cpu[m] = _since(t0)
         t0 = _clock()
-        _mixing.ratios(tr)
+        _mixing_ratios(tr)
         sync()
         timings["mixing"], cpu["mixing"] = _since(t0)
     fw += forwards()

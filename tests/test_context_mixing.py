@@ -12,12 +12,21 @@ import torch
 
 from conftest import open_app_page, plotly_array
 from attnviz import context
-from attnviz.methods import METHODS, atb_ff, mixing
+from attnviz.methods import METHODS, atb_ff
 from attnviz.trace import trace
 
 from conftest import SENTENCE
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ratios(tr, steps=atb_ff.DEFAULT_STEPS):
+    """Every declared ratio from its own method's mixing_ratios, one method at a time."""
+    out = {}
+    for info in METHODS.values():
+        if info.ratios:
+            out.update(info.mixing_ratios(tr, **({"steps": steps} if "steps" in info.option_names() else {})))
+    return out
 
 
 def _ranks(x):
@@ -84,8 +93,7 @@ def test_corpus_means_plain(make_tiny):
     count = count_ns = 0
     for s in sents:
         tr = trace(lm, s)
-        rat = dict(mixing.ratios(tr))
-        rat.update(atb_ff.ratios(tr, 16))
+        rat = _ratios(tr, 16)
         for k, v in rat.items():
             for l in range(L):
                 for i in range(v.shape[1]):
@@ -136,8 +144,7 @@ def test_context_mixing_page(minilm):
     charts = _charts(at)
     # reference: the library on an independent trace of the same text
     tr = trace(minilm, SENTENCE)
-    rat = dict(mixing.ratios(tr))
-    rat.update(atb_ff.ratios(tr))
+    rat = _ratios(tr)
     L, n = rat["Attn-W"].shape
     lines = {t["name"]: t for t in charts["sentence_lines"]["data"]}
     assert set(lines) == set(context.ALL_RATIOS)
@@ -176,8 +183,7 @@ def test_context_mixing_page(minilm):
     sums, count = {k: np.zeros(L) for k in context.ALL_RATIOS}, 0
     for s in sents:
         t2 = trace(minilm, s)
-        r2 = dict(mixing.ratios(t2))
-        r2.update(atb_ff.ratios(t2))
+        r2 = _ratios(t2)
         for k in sums:
             sums[k] += r2[k].sum(1)
         count += len(t2.tokens)

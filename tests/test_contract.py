@@ -171,6 +171,116 @@ def test_register_refuses_incomplete_or_mismatched_info():
     assert "x" not in METHODS
 
 
+def test_register_refuses_ratios_without_their_function():
+    """A method that declares ratios computes them (mixing_ratios, with declared options only), and one
+    that computes ratios declares them; two methods cannot declare the same ratio."""
+    good = dict(name="x", label="X", unit="x (share of 1)", summary="s", explain="e", what="w", caveats="c",
+                rows_sum_to_one=True, decomposition=False)
+
+    def compute(trace, *, progress=None):
+        return None
+
+    def compute_k(trace, *, progress=None, k=2):
+        return None
+
+    opts = (Option(name="k", default=2, help="h"),)
+    with pytest.raises(ValueError, match="no mixing_ratios"):
+        register(info=MethodInfo(**good, ratios=("X-W",)), compute=compute)
+    with pytest.raises(ValueError, match="declares none"):
+        register(info=MethodInfo(**good), compute=compute, mixing_ratios=lambda trace: {})
+    with pytest.raises(ValueError, match="keyword-only option"):
+        register(info=MethodInfo(**good, ratios=("X-W",), options=opts), compute=compute_k,
+                 mixing_ratios=lambda trace, *, j=1: {})
+    with pytest.raises(ValueError, match="keyword-only option"):
+        register(info=MethodInfo(**good, ratios=("X-W",), options=opts), compute=compute_k,
+                 mixing_ratios=lambda trace, k=2: {})
+    with pytest.raises(ValueError, match="defaults to 3"):
+        register(info=MethodInfo(**good, ratios=("X-W",), options=opts), compute=compute_k,
+                 mixing_ratios=lambda trace, *, k=3: {})
+    with pytest.raises(ValueError, match="already declared by"):
+        register(info=MethodInfo(**good, ratios=("Attn-W",)), compute=compute, mixing_ratios=lambda trace: {})
+    with pytest.raises(ValueError, match="contextualization_change"):
+        register(info=MethodInfo(**good, contextualization_change="during"), compute=compute)
+    assert "x" not in METHODS
+    # a ratio function that returns other names than it declares is refused when it runs
+    register(info=MethodInfo(**good, ratios=("X-W",)), compute=compute, mixing_ratios=lambda trace: {"Y-W": 0})
+    try:
+        with pytest.raises(ValueError, match="returned"):
+            METHODS.mixing_ratios(None, ["X-W"])
+    finally:
+        unregister("x")
+    with pytest.raises(ValueError, match="unknown ratio"):
+        METHODS.mixing_ratios(None, ["X-W"])
+
+
+def test_every_declared_ratio_comes_from_its_method(make_tiny):
+    """Each method's mixing_ratios returns exactly its declared ratios; the registry's call (analyze's
+    mixing, context.all_ratios) hands them on unchanged; the two ends of the contextualization change
+    are declared once each."""
+    from attnviz.analysis import MIXING_COSTS
+    from attnviz.context import AFTER, BEFORE
+    from attnviz.trace import trace
+
+    assert METHODS.change_pair() == (BEFORE, AFTER)
+    assert METHODS[BEFORE].contextualization_change == "before" and METHODS[AFTER].contextualization_change == "after"
+    lm = make_tiny("bert")
+    a = attnviz.analyze(lm, SENT, methods=["attention"])
+    tr = trace(lm, SENT)
+    assert list(a.mixing) == list(METHODS.ratio_names(costs=MIXING_COSTS))
+    for name, info in METHODS.items():
+        assert (info.mixing_ratios is not None) == bool(info.ratios), name
+        if not info.ratios:
+            continue
+        got = info.mixing_ratios(tr, **({"steps": 4} if "steps" in info.option_names() else {}))
+        assert list(got) == list(info.ratios), name
+        if info.cost in MIXING_COSTS:
+            for r in info.ratios:
+                np.testing.assert_array_equal(a.mixing[r], got[r])
+        else:  # the FFN scopes: not in analyze's ratios, but in all_ratios with the steps given
+            assert not set(info.ratios) & set(a.mixing)
+            from attnviz.context import all_ratios
+            for r in info.ratios:
+                np.testing.assert_array_equal(all_ratios(tr, steps=4)[r], got[r])
+
+
+def test_a_method_with_a_ratio_reaches_analyze_and_context(make_tiny):
+    """A toy method declaring a ratio: analyze's mixing and context.all_ratios carry it, computed by its own
+    function; its value checked against the toy's definition written out (every token but the first
+    takes all of its input from another token: ratio 1, the first keeps itself: 0)."""
+    from attnviz.context import all_ratios
+    from attnviz.trace import trace
+
+    info = MethodInfo(name="prev_toy", label="Prev toy", unit="toy share (of 1)", summary="s", explain="e",
+                      what="w", caveats="c", rows_sum_to_one=True, decomposition=False, ratios=("Prev-W",),
+                      options=(Option(name="offset", default=1, help="how far back"),))
+
+    def compute(trace, *, progress=None, offset=1):
+        n, L = len(trace.tokens), trace.n_layers
+        M = np.zeros((n, n))
+        M[np.arange(n), np.maximum(np.arange(n) - offset, 0)] = 1.0
+        return attnviz.methods.Map("prev_toy", np.repeat(M[None], L, 0), None, {"rows_sum_to_one": True})
+
+    def mixing_ratios(trace, *, offset=1):
+        m = compute(trace, offset=offset).layer
+        return {"Prev-W": 1 - np.diagonal(m, axis1=1, axis2=2)}
+
+    register(info=info, compute=compute, mixing_ratios=mixing_ratios)
+    try:
+        lm = make_tiny("bert")
+        n_layers = lm.n_layers
+        a = attnviz.analyze(lm, SENT, methods=["attention"])
+        n = len(a.tokens)
+        want = np.array([[0.0] + [1.0] * (n - 1)] * n_layers)
+        np.testing.assert_array_equal(a.mixing["Prev-W"], want)
+        assert list(a.mixing)[-1] == "Prev-W"
+        b = attnviz.analyze(lm, SENT, methods=["prev_toy"], options={"prev_toy": {"offset": 0}})
+        np.testing.assert_array_equal(b.mixing["Prev-W"], np.zeros((n_layers, n)))
+        np.testing.assert_array_equal(all_ratios(trace(lm, SENT), steps=4)["Prev-W"], want)
+    finally:
+        unregister("prev_toy")
+    assert "Prev-W" not in METHODS.ratio_names()
+
+
 def test_every_baseline_declares_complete_info():
     assert len(BASELINES) == 5
     for name, b in BASELINES.items():

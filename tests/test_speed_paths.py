@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from attnviz import linear
-from attnviz.methods import atb_ff, attn_res, attn_res_ln, globenc, mixing, value_norm
+from attnviz.analysis import mixing_ratios
+from attnviz.methods import atb_ff, attn_res, attn_res_ln, globenc, value_norm
 from attnviz.models.families import Norm
 from attnviz.trace import trace
 
@@ -160,7 +161,7 @@ def test_norm_maps_against_explicit_vectors(tr64, family):
     ar = attn_res.compute(tr)
     arl = attn_res_ln.compute(tr)
     ge = globenc.compute(tr)
-    mx = mixing.ratios(tr)
+    mx = mixing_ratios(tr)
     post = tr.placement == "post"
     for l in range(tr.n_layers):
         r = tr.layers[l]
@@ -338,7 +339,7 @@ def test_head_vectors_recomputed_above_the_memory_limit(tokenizer, family, monke
     for m in (value_norm, attn_res, attn_res_ln, globenc, alti, decompx):
         a, b = m.compute(kept), m.compute(lazy)
         np.testing.assert_array_equal(a.layer, b.layer)
-    ra, rb = mixing.ratios(kept), mixing.ratios(lazy)
+    ra, rb = mixing_ratios(kept), mixing_ratios(lazy)
     for k in ra:
         np.testing.assert_array_equal(ra[k], rb[k])
 

@@ -326,7 +326,16 @@ def scope_compute(scope: str):
     return compute
 
 
+def scope_mixing_ratios(scope: str):
+    """The `mixing_ratios` of one ATBFF scope: its ratio from the same cached pass (`analyse`)."""
+    def mixing_ratios(trace, *, steps: int = DEFAULT_STEPS, rule: str = "gauss") -> dict:
+        return {RATIO_NAMES[scope]: analyse(trace, steps, rule)["ratios"][RATIO_NAMES[scope]]}
+    mixing_ratios.__doc__ = f"Trace -> {{{RATIO_NAMES[scope]!r}: [L, n]}} (the pass the three ATBFF scopes share)."
+    return mixing_ratios
+
+
 compute = scope_compute("atb_ff")  # ||F_ij||, the FFN output's part from source j
+mixing_ratios = scope_mixing_ratios("atb_ff")
 
 # the options every ATBFF scope takes
 OPTIONS = (Option(name="steps", default=DEFAULT_STEPS, help="quadrature nodes of the integrated gradients through the FFN"),

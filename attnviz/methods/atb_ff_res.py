@@ -2,9 +2,10 @@
 token. Computed by atb_ff.analyse together with ATBFF and ATBFFRESLN (one pass, cached on the trace)."""
 from __future__ import annotations
 
-from .atb_ff import scope_compute, scope_info
+from .atb_ff import scope_compute, scope_info, scope_mixing_ratios
 
 compute = scope_compute("atb_ff_res")
+mixing_ratios = scope_mixing_ratios("atb_ff_res")
 
 INFO = scope_info(
     "atb_ff_res", label="ATBFFRES", unit="‖share‖ 2nd residual (norm, hidden units)",

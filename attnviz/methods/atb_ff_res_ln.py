@@ -2,9 +2,10 @@
 token. Computed by atb_ff.analyse together with ATBFF and ATBFFRES (one pass, cached on the trace)."""
 from __future__ import annotations
 
-from .atb_ff import scope_compute, scope_info
+from .atb_ff import scope_compute, scope_info, scope_mixing_ratios
 
 compute = scope_compute("atb_ff_res_ln")
+mixing_ratios = scope_mixing_ratios("atb_ff_res_ln")
 
 INFO = scope_info(
     "atb_ff_res_ln", label="ATBFFRESLN", unit="‖share‖ layer output (norm, hidden units)",
@@ -16,4 +17,5 @@ INFO = scope_info(
     caveats=("**Caveats.** LayerNorm is split linearly at the real variance and the FFN with integrated "
              "gradients, so the shares sum to the real output up to the completeness error shown with the "
              "map; bias terms form a remainder that belongs to no token. Expensive for long texts. Pre-LN "
-             "models have no norm after the second residual: the map equals ATBFFRES there."))
+             "models have no norm after the second residual: the map equals ATBFFRES there."),
+    contextualization_change="after")  # the whole layer's map, against ATTNRESLN's attention block

@@ -1,6 +1,9 @@
 """Raw attention: α per head, the head mean ᾱ per layer."""
 from __future__ import annotations
 
+import numpy as np
+
+from . import mixing
 from .info import MethodInfo
 from .base import Map
 
@@ -8,6 +11,11 @@ from .base import Map
 def compute(trace, *, progress=None) -> Map:
     """Trace -> Map(layer ᾱ [L,n,n], heads α [L,H,n,n]); the model's own attention probabilities."""
     return Map("attention", trace.head_mean(), trace.attention64(), {"rows_sum_to_one": True})
+
+
+def mixing_ratios(trace) -> dict:
+    """Trace -> {"Attn-W": [L, n]}: 1 - ᾱ_ii, the attention weight a token gives the others."""
+    return {INFO.ratios[0]: np.stack([1 - d for d in mixing.attention_block(trace)["self_weight"]])}
 
 
 INFO = MethodInfo(

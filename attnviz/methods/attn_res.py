@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import mixing
 from .info import MethodInfo
 from .base import Map, summed_norms
 
@@ -14,6 +15,12 @@ from .base import Map, summed_norms
 def compute(trace, *, progress=None) -> Map:
     layer = [summed_norms(r.probs, fx, diag_add=r.resid_in) for r, fx in zip(trace.layers, trace.fx)]
     return Map("attn_res", np.stack(layer), None, {"rows_sum_to_one": False})
+
+
+def mixing_ratios(trace) -> dict:
+    """Trace -> {"AttnRes-N": [L, n]}: the mixing ratio of z_ij (the residual x_i in the preserving part)."""
+    blk = mixing.attention_block(trace)
+    return {INFO.ratios[0]: mixing.ratio(blk["mix"], blk["pres_res"])}
 
 
 INFO = MethodInfo(

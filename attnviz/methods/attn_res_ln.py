@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .. import linear
+from . import mixing
 from .info import MethodInfo
 from .base import Map, summed_norms
 
@@ -33,6 +34,15 @@ def compute(trace, *, progress=None) -> Map:
         layer.append(summed_norms(r.probs, linear.transform(fx.double(), nrm),
                                   diag_add=linear.transform(r.resid_in.double(), nrm), row_scale=ln_scale(trace, l)))
     return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False})
+
+
+def mixing_ratios(trace) -> dict:
+    """Trace -> {"AttnResLn-N": [L, n]}: AttnRes-N's vectors through LN1 (post-LN); pre-LN models have no
+    norm there, and the ratio equals AttnRes-N."""
+    blk = mixing.attention_block(trace)
+    if trace.placement != "post":
+        return {INFO.ratios[0]: mixing.ratio(blk["mix"], blk["pres_res"])}
+    return {INFO.ratios[0]: mixing.ratio(blk["mix_ln"], blk["pres_res_ln"])}
 
 
 def parts(trace, l: int):
@@ -70,4 +80,4 @@ INFO = MethodInfo(
              "LayerNorm after the residual, so this map equals AttnRes-N. The feed-forward block is not included."),
     reference="Kobayashi et al. 2021",
     rows_sum_to_one=False, decomposition=True, ratios=("AttnResLn-N",), cost="norms", core=True,
-    default_view=True)
+    default_view=True, contextualization_change="before")

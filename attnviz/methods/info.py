@@ -3,9 +3,11 @@
 A method is one module in attnviz/methods/ with
     INFO = MethodInfo(name=..., label=..., unit=..., ...)   # keyword fields, below
     def compute(trace, *, progress=None, **options) -> Map
+    def mixing_ratios(trace, **options) -> {ratio: [L, n]}  # only with INFO.ratios: exactly those
 and one line in attnviz/methods/__init__.py (`register(module)`). Everything the app, the CLI, the
 study and the exports show about a method (label, unit, explanations, options, mixing ratios, cost)
-is read from its MethodInfo; no other file names a method.
+is read from its MethodInfo; no other file names a method. Work that several methods share (one pass
+for several maps or ratios) is kept with the trace through trace.cached.
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ class MethodInfo:
     rows_sum_to_one: bool  # every row is a share of 1
     decomposition: bool  # needs the functional trace (disabled when the model fails its self-check)
     completeness: bool = False  # fills Map.completeness (its error per layer against the real vectors)
-    ratios: tuple = ()  # the context-mixing ratios (Kobayashi et al. 2021) this method's vectors give
+    ratios: tuple = ()  # the context-mixing ratios (Kobayashi et al. 2021) this method's vectors give,
+    # computed by its mixing_ratios
     options: tuple = ()  # Option(...) for each keyword option of compute()
     cost: str = "cheap"  # "cheap" (attention only), "norms" (one pass of norms), "pairs" (every
     # (receiver, source) pair through the FFN or a rerun: ~n times "norms"), "flow" (max-flow per pair)
@@ -52,7 +55,12 @@ class MethodInfo:
     core: bool = False  # in the default set of the faithfulness study
     default_view: bool = False  # selected on the app's first view
     estimate: Optional[Callable] = None  # estimate(lm, n_tokens) -> seconds, for methods that ask before a long run
+    # "before" / "after": this map is one end of Kobayashi et al.'s (2024) contextualization change, the
+    # attention block's map against the whole layer's (context.contextualization_change)
+    contextualization_change: str = ""
     compute: Optional[Callable] = None  # set by register(): compute(trace, *, progress=None, **options) -> Map
+    # set by register() for a method with ratios: mixing_ratios(trace, **options) -> {ratio: [L, n]}
+    mixing_ratios: Optional[Callable] = None
 
     def defaults(self) -> dict:
         return {o.name: o.default for o in self.options}
@@ -73,8 +81,9 @@ class MethodInfo:
 _REQUIRED_TEXT = ("name", "label", "unit", "summary", "explain", "what", "caveats")
 
 
-def check_info(info: MethodInfo, compute: Callable) -> None:
-    """Raise ValueError when a method's declaration is incomplete or compute() breaks the contract."""
+def check_info(info: MethodInfo, compute: Callable, mixing_ratios: Optional[Callable] = None) -> None:
+    """Raise ValueError when a method's declaration is incomplete, or compute() or mixing_ratios() breaks
+    the contract."""
     if not isinstance(info, MethodInfo):
         raise ValueError(f"INFO must be a MethodInfo, got {type(info).__name__}")
     empty = [f for f in _REQUIRED_TEXT if not str(getattr(info, f) or "").strip()]
@@ -104,31 +113,104 @@ def check_info(info: MethodInfo, compute: Callable) -> None:
              and q.kind != inspect.Parameter.VAR_KEYWORD]
     if extra:
         raise ValueError(f"method '{info.name}': compute takes {extra}, not declared in INFO.options")
+    if info.contextualization_change not in ("", "before", "after"):
+        raise ValueError(f"method '{info.name}': contextualization_change must be '', 'before' or 'after', "
+                         f"got {info.contextualization_change!r}")
+    _check_mixing_ratios(info, mixing_ratios)
+
+
+def _check_mixing_ratios(info: MethodInfo, fn: Optional[Callable]) -> None:
+    """A method that declares ratios computes them: mixing_ratios(trace, **options), its options a subset
+    of INFO.options with the same defaults; a method without ratios has no such function."""
+    if not info.ratios:
+        if fn is not None:
+            raise ValueError(f"method '{info.name}': mixing_ratios is given but INFO.ratios declares none")
+        return
+    if len(set(info.ratios)) != len(info.ratios):
+        raise ValueError(f"method '{info.name}': INFO.ratios repeats a name: {info.ratios}")
+    if not callable(fn):
+        raise ValueError(f"method '{info.name}': declares the ratios {list(info.ratios)} but has no "
+                         "mixing_ratios(trace, **options) that computes them")
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        raise ValueError(f"method '{info.name}': mixing_ratios must take the trace as its first argument")
+    defaults = info.defaults()
+    for q in params[1:]:
+        if q.name not in defaults or q.kind != inspect.Parameter.KEYWORD_ONLY:
+            raise ValueError(f"method '{info.name}': mixing_ratios takes '{q.name}', which must be a keyword-only "
+                             "option declared in INFO.options")
+        if q.default != defaults[q.name]:
+            raise ValueError(f"method '{info.name}': option '{q.name}' defaults to {q.default!r} in mixing_ratios "
+                             f"but {defaults[q.name]!r} in INFO")
 
 
 class Registry(dict):
     """name -> MethodInfo (with .compute), in registration order."""
 
     def register(self, module=None, *, info: Optional[MethodInfo] = None, compute: Optional[Callable] = None,
-                 replace: bool = False) -> MethodInfo:
-        """Add a method: a module with INFO and compute, or info= and compute= directly."""
+                 mixing_ratios: Optional[Callable] = None, replace: bool = False) -> MethodInfo:
+        """Add a method: a module with INFO, compute (and mixing_ratios when INFO declares ratios), or
+        info=, compute= (and mixing_ratios=) directly."""
         info = info if info is not None else getattr(module, "INFO", None)
         compute = compute if compute is not None else getattr(module, "compute", None)
         if info is None:
             raise ValueError(f"{getattr(module, '__name__', module)} declares no INFO")
-        check_info(info, compute)
+        if mixing_ratios is None:
+            mixing_ratios = getattr(module, "mixing_ratios", None) if module is not None else info.mixing_ratios
+        check_info(info, compute, mixing_ratios)
         if info.name in self and not replace:
             raise ValueError(f"a method named '{info.name}' is already registered")
-        entry = dataclasses.replace(info, compute=compute)
+        taken = {r: m for m, i in self.items() if m != info.name for r in i.ratios}
+        clash = [r for r in info.ratios if r in taken]
+        if clash:
+            raise ValueError(f"method '{info.name}': the ratio(s) {clash} are already declared by "
+                             f"{sorted({taken[r] for r in clash})}")
+        entry = dataclasses.replace(info, compute=compute, mixing_ratios=mixing_ratios)
         self[info.name] = entry
         return entry
 
     def unregister(self, name: str) -> None:
         self.pop(name, None)
 
-    def ratio_names(self) -> tuple:
-        """Every context-mixing ratio the registered methods declare, in registry order."""
-        return tuple(r for info in self.values() for r in info.ratios)
+    def ratio_names(self, costs: Optional[tuple] = None) -> tuple:
+        """Every context-mixing ratio the registered methods declare (only those of methods whose
+        MethodInfo.cost is in `costs`, if given), in registry order."""
+        return tuple(r for info in self.values() if costs is None or info.cost in costs for r in info.ratios)
+
+    def mixing_ratios(self, trace, names=None, options: Optional[dict] = None) -> dict:
+        """Trace -> {ratio: [L, n]} for `names` (default: every declared ratio), in that order, each from
+        the mixing_ratios of the method that declares it (methods that share a pass share it through
+        the trace's cache). options: {option: value} for every ratio function that takes that option,
+        and {method: {option: value}} for one method."""
+        names = self.ratio_names() if names is None else tuple(names)
+        owner = {r: m for m, info in self.items() for r in info.ratios}
+        unknown = [r for r in names if r not in owner]
+        if unknown:
+            raise ValueError(f"unknown ratio(s) {unknown}; declared: {list(owner)}")
+        options = dict(options or {})
+        got = {}
+        for m in dict.fromkeys(owner[r] for r in names):  # each method once
+            info = self[m]
+            takes = set(inspect.signature(info.mixing_ratios).parameters)
+            kw = {k: v for k, v in options.items() if k in takes and k not in self}
+            kw.update({k: v for k, v in (options.get(m) or {}).items() if k in takes})
+            out = info.mixing_ratios(trace, **kw)
+            if set(out) != set(info.ratios):
+                raise ValueError(f"method '{m}': mixing_ratios returned {sorted(out)}, INFO.ratios declares "
+                                 f"{list(info.ratios)}")
+            got.update(out)
+        return {r: got[r] for r in names}
+
+    def change_pair(self) -> tuple:
+        """-> (before, after): the two methods whose maps Kobayashi et al.'s (2024) contextualization
+        change compares (MethodInfo.contextualization_change); ValueError unless exactly one of each."""
+        pair = []
+        for end in ("before", "after"):
+            named = [m for m, i in self.items() if i.contextualization_change == end]
+            if len(named) != 1:
+                raise ValueError(f"exactly one method must declare contextualization_change={end!r}, got {named}")
+            pair.append(named[0])
+        return tuple(pair)
 
     def core(self) -> tuple:
         """The methods of the faithfulness study's default set (MethodInfo.core)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import mixing
 from .info import MethodInfo
 from .base import Map, chain, with_residual
 
@@ -19,6 +20,11 @@ def compute(trace, *, progress=None) -> Map:
     A = trace.head_mean(as_numpy=False)
     R = A + torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return Map("rollout", chain(R / R.sum(-1, keepdim=True)), None, {"rows_sum_to_one": True})
+
+
+def mixing_ratios(trace) -> dict:
+    """Trace -> {"AttnRes-W": [L, n]}: (1 - ᾱ_ii) / 2, the mixing ratio of one rollout step (0.5 ᾱ + 0.5 I)."""
+    return {INFO.ratios[0]: np.stack([(1 - d) / 2 for d in mixing.attention_block(trace)["self_weight"]])}
 
 
 INFO = MethodInfo(

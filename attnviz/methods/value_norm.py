@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import mixing
 from .info import MethodInfo
 from .base import Map, summed_norms
 
@@ -19,6 +20,12 @@ def compute(trace, *, progress=None) -> Map:
         torch.from_numpy(heads[l]).copy_(a * fx.double().norm(dim=-1)[:, None, :])
         layer[l] = summed_norms(a, fx)
     return Map("value_norm", layer, heads, {"rows_sum_to_one": False})
+
+
+def mixing_ratios(trace) -> dict:
+    """Trace -> {"Attn-N": [L, n]}: the attention output's mixing ratio, v_ij = Σ_h α^h_ij f^h(x_j)."""
+    blk = mixing.attention_block(trace)
+    return {INFO.ratios[0]: mixing.ratio(blk["mix"], blk["pres"])}
 
 
 INFO = MethodInfo(
