@@ -86,15 +86,31 @@ def reference(A, ref_pairs, rng, ours_raw):
     return total, per_pair[L] * n, diff, len(sample_layers) * ref_pairs
 
 
+def _git_show(rev, path):
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True, cwd=root)
+    return res.stdout if res.returncode == 0 else None
+
+
 def old_time(A, rev, limit):
-    """Seconds the flow.py of git revision `rev` takes on A, or None when over `limit`."""
-    src = subprocess.run(["git", "show", f"{rev}:attnviz/methods/flow.py"], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    """Seconds the flow of git revision `rev` takes on A (attnviz/methods/flow.py, or the package
+    attnviz/methods/flow/ of later revisions), or None when over `limit`."""
+    single = _git_show(rev, "attnviz/methods/flow.py")
+    if single is not None:
+        files = {"flow.py": single.replace("from .", "from attnviz.methods.")}
+    else:
+        names = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:attnviz/methods/flow"], capture_output=True,
+                               text=True, check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()
+        # the package's own modules keep their relative imports; the methods' modules are the installed ones
+        files = {f"flow/{f}": _git_show(rev, f"attnviz/methods/flow/{f}").replace("from ..", "from attnviz.methods.")
+                 for f in names if f.endswith(".py")}
     with tempfile.TemporaryDirectory() as d:
         pkg = Path(d) / "oldflow"
         pkg.mkdir()
         (pkg / "__init__.py").write_text("")
-        (pkg / "flow.py").write_text(src.replace("from .", "from attnviz.methods."))
+        for f, text in files.items():
+            (pkg / f).parent.mkdir(exist_ok=True)
+            (pkg / f).write_text(text)
         np.save(Path(d) / "A.npy", A)
         code = ("import sys, time, numpy as np; sys.path.insert(0, sys.argv[1]); from oldflow.flow import flow; "
                 "A = np.load(sys.argv[1] + '/A.npy'); t = time.perf_counter(); flow(A, workers=1); "

@@ -25,7 +25,7 @@ def path(request, monkeypatch):
     """Run a test with the numba kernels and again with the igraph path (numba absent)."""
     if request.param == "compiled" and not HAVE_NUMBA:
         pytest.skip("numba not installed")
-    monkeypatch.setattr(flow_module, "USE_COMPILED", request.param == "compiled")
+    monkeypatch.setattr(flow_module.kernels, "USE_COMPILED", request.param == "compiled")
     return request.param
 
 
@@ -228,7 +228,7 @@ def test_compiled_rounds_report_progress_within_a_layer_and_stop_at_cancel(monke
     rounds of 3 pairs per thread the reports come many times per layer, never go back, end at 1, and
     the values still equal the plain igraph max-flow; an exception raised by the progress callback
     (the app's Cancelled) stops the work at that report: no later report, no result."""
-    monkeypatch.setattr(flow_module, "ROUND_PAIRS", 3)
+    monkeypatch.setattr(flow_module.compiled, "ROUND_PAIRS", 3)
     A = _dense(5, 12, 21)
     ref = _plain_igraph(A)
     seen = []
