@@ -50,7 +50,7 @@ def _env(**kw) -> dict:
     return env
 
 
-def run_cli(args, *, env=None, input=None, timeout=120):
+def run_cli(args, *, env=None, input=None, timeout=600):
     """`attnviz ARGS` as a process (python -m attnviz.cli: the console script's main())."""
     cmd = [sys.executable, "-m", "attnviz.cli", *args]
     return subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, env=env or _env(), cwd=ROOT)
@@ -108,14 +108,14 @@ def _evil_folder(d: Path, tokenizer, marker: Path, model_type: str = "evilnet") 
 def test_model_folder_code_never_runs_even_when_stdin_says_yes(tmp_path, tokenizer):
     marker = tmp_path / "MARKER"
     folder = _evil_folder(tmp_path / "evil", tokenizer, marker)
-    t = time.perf_counter()
     r = run_cli(["analyze", "--model", str(folder), "--text", SENTENCE, "--out", str(tmp_path / "a.json")],
-                input=b"y\n" * 50, timeout=120)
+                input=b"y\n" * 50)
     assert not marker.exists(), marker.read_text()
     assert r.returncode == 2, r.stderr
     line = _one_line_error(r.stderr)
     assert "code" in line and str(folder) in line
-    assert time.perf_counter() - t < 60  # no 15 s prompt waiting on stdin
+    # no prompt (transformers asks "Do you wish to run the custom code? [y/N]" on stdout and waits 15 s)
+    assert b"[y/N]" not in r.stdout + r.stderr and b"custom code" not in r.stdout
 
 
 def test_known_model_type_with_auto_map_loads_the_native_class_without_the_code(tmp_path, tokenizer):
@@ -282,16 +282,21 @@ def test_hub_that_never_answers_fails_within_seconds(silent_server, tmp_path):
     env = _env(HF_HUB_OFFLINE=None, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"),
                ATTNVIZ_HUB_TIMEOUT="2", HTTPS_PROXY=None, HTTP_PROXY=None, ALL_PROXY=None,
                https_proxy=None, http_proxy=None, all_proxy=None, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
-    t = time.perf_counter()
     r = run_cli(["analyze", "--model", "someorg/some-model", "--text", "a b c", "--out", str(tmp_path / "a.json")],
-                env=env, timeout=90)
-    took = time.perf_counter() - t
+                env=env)  # a request without a timeout would wait forever: run_cli's timeout fails the test
     assert conns, "the CLI never contacted the local endpoint"
     assert r.returncode == 2, r.stderr
     line = _one_line_error(r.stderr)
     assert "hf download someorg/some-model --local-dir" in line and "huggingface-cli" not in line
-    assert "did not answer" in line or "timed out" in line
-    assert took < 60, took  # python + torch start-up (5-15 s on a loaded machine) + a 2 s timeout, not minutes
+    assert "did not answer within 2 s (ATTNVIZ_HUB_TIMEOUT)" in line  # the first request that waited gave up
+    sent = []  # what the CLI sent on each connection (it has exited: a read returns at once)
+    for c in list(conns):
+        c.settimeout(10)
+        try:
+            sent.append(c.recv(65536))
+        except OSError:
+            sent.append(b"")
+    assert sum(q.startswith(b"GET /api/models/someorg/some-model") for q in sent) <= 1, sent  # not sent again
 
 
 def test_hub_timeout_default_is_bounded():
@@ -428,7 +433,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_ctrl_c_during_model_load_is_quiet(tiny_folder, tmp_path):
     r = subprocess.run([sys.executable, "-c", _SIGINT_IN_LOAD, "analyze", "--model", str(tiny_folder), "--text",
-                        SENTENCE, "--out", str(tmp_path / "a.json")], capture_output=True, timeout=120, env=_env(),
+                        SENTENCE, "--out", str(tmp_path / "a.json")], capture_output=True, timeout=600, env=_env(),
                        cwd=ROOT, preexec_fn=_sigint_as_in_a_terminal)
     err = r.stderr.decode()
     assert r.returncode == 130, err
@@ -458,7 +463,7 @@ def test_ctrl_c_anywhere_in_the_cli_is_quiet(tiny_folder, tmp_path):
                               "--faithfulness"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=ROOT,
                              preexec_fn=_sigint_as_in_a_terminal)
         procs.append(dict(p=p, delay=delay, ready=ready, at=None, done=False))
-    deadline = time.perf_counter() + 120
+    deadline = time.perf_counter() + 600  # four Pythons starting side by side on a loaded machine
     while not all(e["done"] for e in procs) and time.perf_counter() < deadline:
         for e in procs:
             if e["done"]:
@@ -473,7 +478,7 @@ def test_ctrl_c_anywhere_in_the_cli_is_quiet(tiny_folder, tmp_path):
         time.sleep(0.01)
     procs = [(e["p"], e["delay"]) for e in procs]
     for p, delay in procs:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=600)
         err = err.decode()
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
         # 130, or killed by SIGINT (which a shell also reports as 130): CPython re-raises SIGINT at exit when
@@ -529,6 +534,6 @@ def test_ctrl_c_inside_a_finaliser_still_interrupts_quietly():
     """Python cannot raise out of __del__; it prints "Exception ignored ... KeyboardInterrupt" with a traceback
     and goes on. The CLI treats it as the interrupt it is (the flaky case of the test above, made certain)."""
     p = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_DEL], capture_output=True, text=True, env=_env(), cwd=ROOT,
-                       timeout=120)
+                       timeout=600)
     assert p.returncode == 130, (p.returncode, p.stderr)
     assert p.stderr.strip() == "interrupted", p.stderr
