@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .datasets import load_eval_set
 from .models.load import is_builtin
 from .resources import models_dir
 from .text import group_text, readable_token, word_groups
@@ -195,8 +196,6 @@ def longest_training_input(lm) -> Optional[int]:
         _LONGEST[key] = int(logged)
     if key not in _LONGEST:
         try:
-            from .datasets import load_eval_set
-
             texts = [it["text"] for task in ("agreement", "pronoun") for it in load_eval_set(task)]
             _LONGEST[key] = max(len(lm.tokenizer(t)["input_ids"]) for t in texts) if texts else None
         except (OSError, ValueError, KeyError):
