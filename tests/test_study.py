@@ -60,6 +60,7 @@ STUDY_CMD = ["study", "--model", "builtin:agreement", "--data", "builtin:agreeme
              "--baselines", "blank_out", "--ig-steps", "4", "--ig-tol", "0", "--threads", "1"]
 
 
+@pytest.mark.slow  # a second Python process and a 40-sentence study
 def test_two_commands_on_one_folder_never_double_it(tmp_path, capsys):
     """A real second process while the first runs: refused; the first killed with SIGKILL leaves no
     stale lock; the rerun completes with every sentence once."""
@@ -70,9 +71,10 @@ def test_two_commands_on_one_folder_never_double_it(tmp_path, capsys):
     try:
         rec = out / "records.jsonl"
         t = time.monotonic()
-        while (not rec.exists() or len(_lines(rec)) < 2) and time.monotonic() - t < 120 and p.poll() is None:
+        while (not rec.exists() or len(_lines(rec)) < 2) and time.monotonic() - t < 600 and p.poll() is None:
             time.sleep(0.05)
         assert p.poll() is None, p.stderr.read().decode()
+        p.send_signal(signal.SIGSTOP)  # paused mid-run: it holds the folder and cannot finish meanwhile
         assert main(STUDY_CMD + ["--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: another study is writing into {out} (process {p.pid} on ")
