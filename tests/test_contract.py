@@ -18,7 +18,7 @@ import torch
 import attnviz
 from conftest import plotly_array
 from attnviz.faithfulness.importance import BASELINES, BaselineInfo, importance
-from attnviz.methods import METHODS, Completeness, MethodInfo, Option, register, unregister
+from attnviz.methods import METHODS, Completeness, GraphView, MethodInfo, Option, register, unregister
 from attnviz.methods import info as info_mod
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -279,6 +279,37 @@ def test_a_method_with_a_ratio_reaches_analyze_and_context(make_tiny):
     finally:
         unregister("prev_toy")
     assert "Prev-W" not in METHODS.ratio_names()
+
+
+def test_graph_views_give_their_methods_maps(make_tiny):
+    """A method that reads the layered attention graph (MethodInfo.graph, offered by the Flow graph
+    page) gives, edge by edge, the mass its own map is made of: each level of edges carries the total,
+    and the totals to every input, normalised, are the method's own row at that layer."""
+    from attnviz.figures import graph_methods
+    from attnviz.trace import trace
+
+    views = graph_methods()
+    assert views and list(views) == [m for m, i in METHODS.items() if i.graph is not None]
+    tr = trace(make_tiny("bert"), SENT)
+    A = tr.head_mean()
+    n = A.shape[-1]
+    for m, view in views.items():
+        assert view.label and view.help and "{total" in view.caption
+        ref = METHODS[m].compute(tr).layer
+        for out, top in ((n - 1, tr.n_layers), (2, 1)):
+            totals = []
+            for src in range(n):
+                total, F = view.edges(A, out, src, top)
+                assert F.shape == (top, n, n) and np.all(F >= -1e-12)
+                np.testing.assert_allclose(F.sum((1, 2)), total, rtol=1e-9, atol=1e-12)
+                totals.append(total)
+            np.testing.assert_allclose(np.array(totals) / sum(totals), ref[top - 1, out], rtol=1e-5, atol=1e-6)
+    good = dict(name="x", label="X", unit="x (share of 1)", summary="s", explain="e", what="w", caveats="c",
+                rows_sum_to_one=True, decomposition=False)
+    with pytest.raises(ValueError, match="GraphView"):
+        register(info=MethodInfo(**good, graph=GraphView(label="X", help="", caption="c", edges=len)),
+                 compute=lambda trace, *, progress=None: None)
+    assert "x" not in METHODS
 
 
 def test_every_baseline_declares_complete_info():

@@ -9,15 +9,20 @@ import networkx as nx
 import numpy as np
 import plotly.graph_objects as go
 
+from ..methods import METHODS
 from ..methods.base import with_residual
-from ..methods.flow import edge_flows
 from ..text import SEP, clean_token
 from .style import HIGHLIGHT, style
 
 MAX_GRAPH_TOKENS = 40  # the layered graph is unreadable (and slow) beyond this
 
 
-def attention_graph(A: np.ndarray, tokens: Sequence[str], method: str = "rollout", output: Optional[int] = None,
+def graph_methods() -> dict:
+    """{method: GraphView} for the registered methods that read the layered attention graph, in registry order."""
+    return {m: i.graph for m, i in METHODS.items() if i.graph is not None}
+
+
+def attention_graph(A: np.ndarray, tokens: Sequence[str], method: Optional[str] = None, output: Optional[int] = None,
                     source: Optional[int] = None, top: Optional[int] = None):
     """A [L, n, n] head-mean attention -> networkx DiGraph of the layered attention graph.
 
@@ -25,13 +30,15 @@ def attention_graph(A: np.ndarray, tokens: Sequence[str], method: str = "rollout
     per pair with `weight` = Â_l[i, j], Â = (ᾱ + I) row-renormalised (the graph rollout and flow
     use). With an `output` position, every edge also gets `through`: the amount of the output
     node's (top, output) mass that goes through it, either to all inputs (source None) or to input
-    `source` only:
-      rollout: the rollout path mass U[output, i] Â_l[i, j] D[j, source] (U: product of the layers
-        above, D: rollout below; summed over one level it equals rollout[top][output, source], or 1),
-      flow: the edge flows of one maximum flow from (top, output) to (0, source) (to a super sink
-        joined to all inputs when source is None), from attnviz.methods.flow.edge_flows; summed over
-        one level it is the max-flow value, the flow method's raw value for the pair.
+    `source` only, as the method (one of graph_methods(); default the first) reads the graph: its
+    MethodInfo.graph.edges, e.g. rollout's path mass (methods.rollout.edge_mass; summed over one level
+    it equals rollout[top][output, source], or 1) or the edge flows of one maximum flow
+    (methods.flow.edge_flows; summed over one level it is the flow method's raw value for the pair).
     """
+    views = graph_methods()
+    method = next(iter(views)) if method is None else method
+    if method not in views:
+        raise ValueError(f"method must be one of {list(views)}, got {method!r}")
     Ah = with_residual(np.asarray(A, dtype=np.float64))
     L, n, _ = Ah.shape
     top = L if top is None else int(top)
@@ -47,31 +54,12 @@ def attention_graph(A: np.ndarray, tokens: Sequence[str], method: str = "rollout
                 G.add_edge((l, i), (l - 1, j), weight=float(Ah[l - 1, i, j]), through=0.0)
     if output is None:
         return G
-    if method == "rollout":
-        # U_l[output, i]: mass arriving at (l, i) from the output node; D_l[j, source]: rollout below
-        U = np.zeros((top + 1, n))
-        U[top, output] = 1.0
-        for l in range(top, 0, -1):
-            U[l - 1] = U[l] @ Ah[l - 1]
-        D = np.zeros((top + 1, n))  # D[l][j] = rollout of layer l from node (l, j) to the source (or 1)
-        D[0] = 1.0 if source is None else np.eye(n)[source]
-        for l in range(1, top + 1):
-            D[l] = Ah[l - 1] @ D[l - 1]
-        for l in range(1, top + 1):
-            mass = U[l][:, None] * Ah[l - 1] * D[l - 1][None, :]
-            for i in range(n):
-                for j in range(n):
-                    G.edges[(l, i), (l - 1, j)]["through"] = float(mass[i, j])
-        G.graph["total"] = float(U[0] @ D[0])
-    elif method == "flow":
-        value, F = edge_flows(A, output, source, top)  # one maximum flow, from the flow method's module
-        for l in range(1, top + 1):
-            for i in range(n):
-                for j in range(n):
-                    G.edges[(l, i), (l - 1, j)]["through"] = float(F[l - 1, i, j])
-        G.graph["total"] = value
-    else:
-        raise ValueError(f"method must be 'rollout' or 'flow', got {method!r}")
+    value, F = views[method].edges(A, output, source, top)  # from the method's own module
+    for l in range(1, top + 1):
+        for i in range(n):
+            for j in range(n):
+                G.edges[(l, i), (l - 1, j)]["through"] = float(F[l - 1, i, j])
+    G.graph["total"] = value
     return G
 
 

@@ -9,7 +9,7 @@ from . import rollout as _rollout
 from . import value_norm, value_zeroing
 from .base import Completeness, Map, with_residual
 from .flow import flow
-from .info import MethodInfo, Option, Registry
+from .info import GraphView, MethodInfo, Option, Registry
 from .rollout import rollout
 
 METHODS = Registry()
@@ -30,4 +30,4 @@ register(value_zeroing)
 register(globenc)
 register(decompx)
 
-__all__ = ["METHODS", "MethodInfo", "Option", "Map", "Completeness", "flow", "rollout", "with_residual", "register", "unregister"]
+__all__ = ["METHODS", "MethodInfo", "Option", "GraphView", "Map", "Completeness", "flow", "rollout", "with_residual", "register", "unregister"]

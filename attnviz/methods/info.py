@@ -30,6 +30,19 @@ class Option:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GraphView:
+    """How a method reads the layered attention graph (tokens x layers, an edge (l, i) -> (l-1, j) of
+    weight (ᾱ + I) / 2 row-normalised): what the Flow graph page shows for it."""
+
+    label: str  # the page's choice, e.g. "Rollout (all paths)"
+    help: str  # one sentence: what the red edges carry
+    caption: str  # the total under the figure; {output}, {top}, {source} and {total} are filled in
+    # edges(A, output, source=None, top=None) -> (total, F [top, n, n]): the mass the node (top, output)
+    # sends down each edge (l, i) -> (l-1, j) as F[l-1][i, j], to input `source` (None: to all inputs)
+    edges: Callable
+
+
+@dataclass(frozen=True, kw_only=True)
 class MethodInfo:
     """What a method module declares (keyword fields; compute is filled in by register())."""
 
@@ -55,6 +68,8 @@ class MethodInfo:
     core: bool = False  # in the default set of the faithfulness study
     default_view: bool = False  # selected on the app's first view
     estimate: Optional[Callable] = None  # estimate(lm, n_tokens) -> seconds, for methods that ask before a long run
+    graph: Optional[GraphView] = None  # composes the layered attention graph (rollout, flow): the Flow graph
+    # page offers it, and on causal models its rows pile up at the first token
     # "before" / "after": this map is one end of Kobayashi et al.'s (2024) contextualization change, the
     # attention block's map against the whole layer's (context.contextualization_change)
     contextualization_change: str = ""
@@ -113,6 +128,12 @@ def check_info(info: MethodInfo, compute: Callable, mixing_ratios: Optional[Call
              and q.kind != inspect.Parameter.VAR_KEYWORD]
     if extra:
         raise ValueError(f"method '{info.name}': compute takes {extra}, not declared in INFO.options")
+    if info.graph is not None:
+        g = info.graph
+        if not isinstance(g, GraphView) or not all(str(x).strip() for x in (g.label, g.help, g.caption)) \
+                or not callable(g.edges):
+            raise ValueError(f"method '{info.name}': graph must be a GraphView with a label, help, caption and "
+                             "an edges function")
     if info.contextualization_change not in ("", "before", "after"):
         raise ValueError(f"method '{info.name}': contextualization_change must be '', 'before' or 'after', "
                          f"got {info.contextualization_change!r}")

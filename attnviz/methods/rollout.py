@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from . import mixing
-from .info import MethodInfo
+from .info import GraphView, MethodInfo
 from .base import Map, chain, with_residual
 
 
@@ -20,6 +20,36 @@ def compute(trace, *, progress=None) -> Map:
     A = trace.head_mean(as_numpy=False)
     R = A + torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return Map("rollout", chain(R / R.sum(-1, keepdim=True)), None, {"rows_sum_to_one": True})
+
+
+def edge_mass(A: np.ndarray, output: int, source=None, top=None) -> tuple:
+    """The mass the node (top, output) of the layered attention graph sends down each edge, summed over
+    all paths: on edge (l, i) -> (l-1, j), U_l[output, i] Â_l[i, j] D_{l-1}[j, source] (U: the product of
+    the layers above, D: rollout below; to all inputs when source is None). A [L, n, n] head-averaged
+    attention (Â = (ᾱ + I) row-normalised inside); top = L by default, 1..L. -> (total, F [top, n, n]),
+    F[l - 1][i, j] on edge (l, i) -> (l - 1, j); each level carries the total, the rollout value
+    rollout[top][output, source] (1 to all inputs)."""
+    Ah = with_residual(np.asarray(A, dtype=np.float64))
+    L, n, _ = Ah.shape
+    top = L if top is None else int(top)
+    if not 1 <= top <= L:
+        raise ValueError(f"top layer {top} is outside 1..{L}")
+    for name, p in (("output", output), ("source", source)):
+        if p is not None and not 0 <= int(p) < n:
+            raise ValueError(f"{name} position {p} is outside 0..{n - 1}")
+    # U_l[output, i]: mass arriving at (l, i) from the output node; D_l[j, source]: rollout below
+    U = np.zeros((top + 1, n))
+    U[top, output] = 1.0
+    for l in range(top, 0, -1):
+        U[l - 1] = U[l] @ Ah[l - 1]
+    D = np.zeros((top + 1, n))  # D[l][j] = rollout of layer l from node (l, j) to the source (or 1)
+    D[0] = 1.0 if source is None else np.eye(n)[source]
+    for l in range(1, top + 1):
+        D[l] = Ah[l - 1] @ D[l - 1]
+    F = np.empty((top, n, n))
+    for l in range(1, top + 1):
+        F[l - 1] = U[l][:, None] * Ah[l - 1] * D[l - 1][None, :]
+    return float(U[0] @ D[0]), F
 
 
 def mixing_ratios(trace) -> dict:
@@ -44,4 +74,9 @@ INFO = MethodInfo(
              "Zuidema 2020, on a bidirectional model), not an exact account of the computation."),
     reference="Abnar & Zuidema 2020",
     # AttnRes-W = (1 - ᾱ_ii) / 2 is the mixing ratio of one rollout step (0.5 ᾱ + 0.5 I)
-    rows_sum_to_one=True, decomposition=False, ratios=("AttnRes-W",), cost="cheap", core=True, default_view=True)
+    rows_sum_to_one=True, decomposition=False, ratios=("AttnRes-W",), cost="cheap", core=True, default_view=True,
+    graph=GraphView(label="Rollout (all paths)",
+                    help="Rollout: the share of the output's mass that passes through each edge, summed over all paths.",
+                    caption="Rollout from {output} at layer {top} to {source}: {total:.4f} (each level of red edges "
+                            "carries this much in total).",
+                    edges=edge_mass))

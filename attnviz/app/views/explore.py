@@ -185,7 +185,7 @@ def maps_panel():
             said = "; ".join(f"{ui.method_label(m)}: {100 * share:.0f} % in column {view.labels[j]}"
                              for m, j, share in sinks)
             why = "On causal models the first token often takes attention the model does not need: an attention sink."
-            if ui._loaded_task() == "causal_lm" and any(j == 0 and m in ("rollout", "flow") for m, j, _ in sinks):
+            if ui._loaded_task() == "causal_lm" and any(j == 0 and METHODS[m].graph is not None for m, j, _ in sinks):
                 why += " " + ui.FIRST_TOKEN_PILEUP
             st.caption(f"**Most of the map's total is in one column** ({ui.plain(said)}), so on this colour scale "
                        f"the other cells look white. Turn on **Log colours** to see them. ({why})")

@@ -25,8 +25,9 @@ if n > figures.MAX_GRAPH_TOKENS:
 L = a.n_layers
 labels = token_labels(a.tokens)
 ss = st.session_state
-if ss.get("graph_method") not in ("rollout", "flow"):
-    ss.graph_method = "rollout"
+graphs = figures.graph_methods()  # the methods that read this graph (MethodInfo.graph), first the default
+if ss.get("graph_method") not in graphs:
+    ss.graph_method = next(iter(graphs))
 if not isinstance(ss.get("graph_top"), int) or not 1 <= ss.graph_top <= L:
     ss.graph_top = L
 if ss.get("graph_output") not in range(n):
@@ -37,10 +38,8 @@ if not isinstance(ss.get("graph_threshold"), float):
     ss.graph_threshold = 0.05
 
 c1, c2, c3 = st.columns(3)
-c1.radio("Highlight by", ["rollout", "flow"], key="graph_method", persist_state="session", horizontal=True,
-         format_func={"rollout": "Rollout (all paths)", "flow": "Flow (one max flow)"}.get,
-         help="Rollout: the share of the output's mass that passes through each edge, summed over all "
-              "paths. Flow: the edge flows of one maximum flow (capacities = edge weights).")
+c1.radio("Highlight by", list(graphs), key="graph_method", persist_state="session", horizontal=True,
+         format_func=lambda m: graphs[m].label, help=" ".join(g.help for g in graphs.values()))
 c2.selectbox("Output token (top)", list(range(n)), key="graph_output", persist_state="session", format_func=lambda i: labels[i])
 c3.selectbox("Input token (bottom)", [ui.AUTO] + list(range(n)), key="graph_source", persist_state="session",
              format_func=lambda i: "all inputs" if i == ui.AUTO else labels[i])
@@ -56,13 +55,8 @@ src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
 fig = figures.graph_figure(G, threshold=ss.graph_threshold)
 st.plotly_chart(fig, theme=None, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
 total = G.graph["total"]
-if ss.graph_method == "rollout":
-    st.caption(f"Rollout from {ui.plain(labels[ss.graph_output])} at layer {ss.graph_top} to {ui.plain(src)}: "
-               f"{total:.4f} (each level of red edges carries this much in total).")
-else:
-    st.caption(f"Maximum flow from {ui.plain(labels[ss.graph_output])} at layer {ss.graph_top} to {ui.plain(src)}: "
-               f"{total:.4f}. A maximum flow is not unique: this is one of them. Attention flow "
-               "divides each such value by the row's sum over all inputs.")
+st.caption(graphs[ss.graph_method].caption.format(output=ui.plain(labels[ss.graph_output]), top=ss.graph_top,
+                                                   source=ui.plain(src), total=total))
 if ss.graph_source == ui.AUTO and total > 0:  # where the highlighted mass ends: one input taking most of it
     arrive = [sum(G.edges[(1, i), (0, j)]["through"] for i in range(n)) for j in range(n)]
     j = max(range(n), key=arrive.__getitem__)

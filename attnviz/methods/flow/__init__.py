@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 
 from ..base import Map, with_residual
-from ..info import MethodInfo, Option
+from ..info import GraphView, MethodInfo, Option
 from . import kernels
 from .compiled import _flow_compiled, _maxflow_pairs
 from .estimate import estimate_pairs, estimate_seconds
@@ -151,5 +151,11 @@ INFO = MethodInfo(
              "of the method, shown as it is."),
     reference="Abnar & Zuidema 2020",
     rows_sum_to_one=True, decomposition=False, cost="flow", core=True, estimate=estimate,
+    graph=GraphView(label="Flow (one max flow)",
+                    help="Flow: the edge flows of one maximum flow (capacities = edge weights).",
+                    caption="Maximum flow from {output} at layer {top} to {source}: {total:.4f}. A maximum flow is "
+                            "not unique: this is one of them. Attention flow divides each such value by the row's "
+                            "sum over all inputs.",
+                    edges=edge_flows),
     options=(Option(name="workers", default=None,
                     help="processes sharing the max-flow calls (None: ATTNVIZ_FLOW_WORKERS or 1)"),))
