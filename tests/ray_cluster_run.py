@@ -178,7 +178,8 @@ def main(out: str, report_path: str, n: int) -> None:
     finally:
         r = subprocess.run(["ray", "stop", "--force"], capture_output=True, text=True, timeout=600)
         rep["ray_stop_rc"] = r.returncode
-        rep["left_after_stop"] = [c for c in (cmdline(p) for p in os.listdir("/proc") if p.isdigit() and p != "1")
+        rep["left_after_stop"] = [c.decode("utf-8", "replace") for c in (cmdline(p) for p in os.listdir("/proc")
+                                                                          if p.isdigit() and p != "1")
                                   if b"ray" in c[:300] and b"ray_cluster_run" not in c]
         Path(report_path).write_text(json.dumps(rep, indent=1))
 
