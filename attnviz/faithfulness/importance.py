@@ -75,10 +75,6 @@ class Importance:
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
 
-    @property
-    def target_position(self) -> int:
-        return self.target.position
-
 
 def output_kind(lm) -> str:
     """'token' (masked / causal LM), 'sequence' (classifier) or 'hidden' (no output head): the model's own
