@@ -335,6 +335,10 @@ def test_maps_never_collide_at_projector_sizes(server, browser, spec):
         n = len(attnviz.analyze(lm, text, methods=["attention"]).tokens)
         page = open_explore(browser, server, spec, SIZES[0], methods, text, head=2, layer=3)
         maps_title_has(page, "layer 3 · head 2")
+        # the cheap maps are drawn first and the others join when their job is done (later on a loaded
+        # machine): wait until all k colour bars are there before measuring
+        page.wait_for_function("k => document.querySelectorAll('.st-key-maps .js-plotly-plot .cbtitle text').length >= k",
+                               arg=k, timeout=300_000)
         for size in SIZES:
             page.set_viewport_size({"width": size[0], "height": size[1]})
             page.wait_for_function("w => { const s = document.querySelector('.st-key-maps .main-svg'); "
