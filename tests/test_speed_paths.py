@@ -227,7 +227,7 @@ def _ffn_parts_plain(tr, l, steps):
         for t, wk in zip(t_nodes, wts):
             with torch.enable_grad():
                 x = (ur[i] + float(t) * usum).detach().requires_grad_(True)
-                Jt = torch.autograd.functional.jacobian(hidden, x)  # [I, d]
+                Jt = torch.autograd.functional.jacobian(hidden, x, vectorize=True)  # [I, d]
             for j in range(n):
                 F[i, j] += float(wk) * (Jt @ u[i, j]) @ w.w2
     return F, u, ur
