@@ -33,7 +33,7 @@ def main():
     words = "the keys to the old wooden cabinet in the hall near the stairs [MASK] on the kitchen table next to the window where the black cat sleeps every day ."
     ids = tok(words, return_tensors="pt")["input_ids"]
     assert ids.shape[1] == 32, ids.shape
-    methods = ["attention", "rollout", "value_norm", "attn_res", "attn_res_ln"]  # issue 2: every map but flow, plus mixing ratios
+    methods = ["attention", "rollout", "value_norm", "attn_res", "attn_res_ln"]  # every map but flow, plus mixing ratios
 
     def plain():
         with torch.inference_mode():

@@ -5,7 +5,7 @@
 Times (median of --repeats) each baseline of attnviz.faithfulness.importance (blank-out and
 leave-one-out as one batched forward each, one backward for gradient norm and input×gradient,
 integrated gradients with --ig-steps Gauss-Legendre nodes in one batch) and the total, next to a plain
-model forward of the same sentence. Target of the issue: total <= 1 s on builtin:agreement.
+model forward of the same sentence. Target: total <= 1 s on builtin:agreement.
 If the built-in model is not there yet, a randomly initialised model of the same architecture
 (training.common.MODEL_CONFIG) stands in: the cost depends on the shapes, not the weights.
 """

@@ -1,7 +1,7 @@
 """Screenshots for docs/app.md: Explore (5 maps, a head picked), the minimal pair, the line view and
 Adversarial, at 1024×768 and 1920×1080, from a running app (real headless Chromium).
 
-    streamlit run app.py --server.address 127.0.0.1 --server.port 8765 &
+    attnviz app --port 8765 &        # or, in a checkout: streamlit run app.py --server.address 127.0.0.1 --server.port 8765 &
     python docs/images/shoot.py http://127.0.0.1:8765
 """
 from __future__ import annotations
