@@ -19,6 +19,8 @@ trade-off for one sentence and one intervention site:
 - `estimate_seconds`: about how long a frontier (and their search) takes, from one timed step.
 - `jain_wallace`: their search: k adversaries maximising JSD (and their mutual JSD) with a hinge
   penalty on TVD above ε; accepted when TVD <= 0.05.
+- `run_pipeline` (pipeline.py): what the Adversarial page and scripts/frontier_report.py run for one
+  sentence and site: the frontier, Jain & Wallace's search and the other seeds, with one progress.
 - `seed_baseline`: JSD between the attention of models trained from different seeds on the same
   sentence, and TVD between their outputs (Wiegreffe & Pinter's seed variance).
 
@@ -40,6 +42,7 @@ from ..trace import encode
 from .distances import jsd, tvd
 from .envelope import best_per_lambda, lower_envelope
 from .jain_wallace import jain_wallace
+from .pipeline import run_pipeline
 from .problem import Problem, check_model, evaluate, prepare
 from .results import Frontier, JWResult, SeedPoint
 from .search import _permutations, baselines, estimate_seconds, frontier, search_seconds
@@ -48,7 +51,7 @@ from .settings import (ALPHA_KEEP, DEFAULT_LAMBDAS, INIT_FLOOR, JW_ACCEPT, JW_EP
                        JW_PENALTY, JW_STEPS, LN2)
 from .site import Site
 
-__all__ = ["jsd", "tvd", "Site", "Problem", "prepare", "evaluate", "check_model", "frontier", "Frontier",
+__all__ = ["run_pipeline", "jsd", "tvd", "Site", "Problem", "prepare", "evaluate", "check_model", "frontier", "Frontier",
            "estimate_seconds", "search_seconds",
            "jain_wallace", "JWResult", "seed_baseline", "seed_specs", "SeedPoint", "baselines",
            "lower_envelope", "best_per_lambda", "DEFAULT_LAMBDAS", "JW_EPS", "JW_ACCEPT", "JW_STEPS", "JW_LR", "LN2"]
