@@ -67,23 +67,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The tiny models' tokenizer, built here (no downloaded or packaged model): BERT's uncased WordPiece
-# tokenizer over the part of its vocabulary that the tests' texts use (tests/tiny_vocab.txt: "id token" per
-# line: every piece BERT's tokenizer gives for a string in the tests or for a text the tests generate, plus
-# letters, digits and punctuation). Ids and the vocabulary size (30522) are BERT's, so a test text gets the
-# ids it would get from BERT's full vocabulary and a tiny model drawn from a seed is the same model; the ids
-# no listed token has are placeholders ([tiny-unused-ID]). A word outside the list splits into letters
-# (a, ##b, ...); a character outside it is [UNK].
+# tokenizer over a small vocabulary, tests/tiny_vocab.txt (one token a line, its id the line number): the
+# 2,399 pieces BERT's tokenizer gives for the strings in the tests and for the texts the tests generate,
+# plus letters, digits and punctuation, in BERT's order. A test text splits into the same pieces as with
+# BERT's full vocabulary; a word outside the list splits into letters (a, ##b, ...), a character outside
+# it is [UNK].
 VOCAB_FILE = Path(__file__).with_name("tiny_vocab.txt")
-VOCAB_SIZE = 30522
 
 
 def tiny_vocab() -> dict:
     """token -> id of the tiny models' tokenizer."""
-    listed = {}
-    for line in VOCAB_FILE.read_text(encoding="utf-8").splitlines():
-        i, tok = line.split(" ", 1)
-        listed[int(i)] = tok
-    return {listed.get(i, f"[tiny-unused-{i}]"): i for i in range(VOCAB_SIZE)}
+    return {tok: i for i, tok in enumerate(VOCAB_FILE.read_text(encoding="utf-8").splitlines())}
 
 
 def _tokenizer():

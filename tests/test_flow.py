@@ -129,6 +129,7 @@ def test_pairs_where_bounds_do_not_settle(path):
     np.testing.assert_allclose(ours, _plain_igraph(A), rtol=0, atol=1e-9)
 
 
+@pytest.mark.slow  # starts a process pool
 def test_layer_subset_and_pool_equal_full(path):
     A = _causal(6, 10, 9, sink=1.5)
     full = flow(A, normalize=False, workers=1)

@@ -55,6 +55,7 @@ def _finite(a) -> None:
     assert 0 <= a.target < n and a.special.shape == (n,)
 
 
+@pytest.mark.slow  # 150 hypothesis cases through analyze
 def test_fuzz_text_inputs(models):
     ran = {"cases": 0, "analyzed": 0, "refused": 0}
 

@@ -105,6 +105,7 @@ def _evil_folder(d: Path, tokenizer, marker: Path, model_type: str = "evilnet") 
     return d
 
 
+@pytest.mark.slow  # a fresh Python that imports torch
 def test_model_folder_code_never_runs_even_when_stdin_says_yes(tmp_path, tokenizer):
     marker = tmp_path / "MARKER"
     folder = _evil_folder(tmp_path / "evil", tokenizer, marker)
@@ -277,6 +278,7 @@ def silent_server():
     srv.close()
 
 
+@pytest.mark.slow  # a fresh Python that imports torch
 def test_hub_that_never_answers_fails_within_seconds(silent_server, tmp_path):
     port, conns = silent_server
     env = _env(HF_HUB_OFFLINE=None, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"),
@@ -306,6 +308,7 @@ def test_hub_timeout_default_is_bounded():
 
 
 # ---------------------------------------------------------------- 6. one-line errors, exit status 2
+@pytest.mark.slow  # a fresh Python that imports torch
 @needs_agreement
 def test_invalid_utf8_on_the_command_line(tmp_path):
     r = run_cli([b"analyze", b"--model", b"builtin:agreement", b"--text", b"the keys \xff\xfe [MASK] .",
@@ -431,6 +434,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a fresh Python that imports torch
 def test_ctrl_c_during_model_load_is_quiet(tiny_folder, tmp_path):
     r = subprocess.run([sys.executable, "-c", _SIGINT_IN_LOAD, "analyze", "--model", str(tiny_folder), "--text",
                         SENTENCE, "--out", str(tmp_path / "a.json")], capture_output=True, timeout=600, env=_env(),
@@ -450,6 +454,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow  # a fresh Python that imports torch
 def test_ctrl_c_anywhere_in_the_cli_is_quiet(tiny_folder, tmp_path):
     """Real SIGINTs at several moments after Python's own start-up (imports, model load, analysis,
     faithfulness), the processes side by side. (An interrupt inside the interpreter's own start-up,

