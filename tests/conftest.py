@@ -194,7 +194,7 @@ def open_app_page(page: str, model: str, text: str):
     from streamlit.testing.v1 import AppTest
 
     os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
     at.query_params["model"] = model
     at.query_params["text"] = text
     at.run()

@@ -18,7 +18,7 @@ from attnviz import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-TIMEOUT = 90
+TIMEOUT = 600  # a hang guard for one script run: pages take minutes on a loaded machine
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

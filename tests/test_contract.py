@@ -392,7 +392,7 @@ def test_new_method_in_the_study_and_its_defaults(toy, make_tiny, tmp_path):
 def test_new_method_in_the_app_labels_units_and_about(toy, lm):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params["model"] = "builtin:agreement"
     at.query_params["methods"] = "attention,previous_token"
     at.query_params["text"] = SENT

@@ -470,7 +470,7 @@ def test_faithfulness_page_tables(monkeypatch):
     from attnviz.datasets import load_eval_set
 
     monkeypatch.setenv("ATTNVIZ_TORCH_THREADS", "1")
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=90)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
     at.run()
     at.switch_page("attnviz/app/views/faithfulness.py")
     at.run()

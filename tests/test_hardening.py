@@ -405,7 +405,7 @@ def test_builtin_escape_refused_from_the_app_url():
     from streamlit.testing.v1 import AppTest
 
     os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params["model"] = f"builtin:{AGREEMENT}"
     at.query_params["text"] = SENTENCE
     at.run()

@@ -181,7 +181,7 @@ def test_installed_wheel_analyzes_loads_sets_and_serves_the_app(venv):
                              "false"], env=venv["env"], cwd=venv["cwd"], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 600  # a fresh venv's first import of torch and streamlit, on a loaded machine
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as resp:
@@ -190,7 +190,7 @@ def test_installed_wheel_analyzes_loads_sets_and_serves_the_app(venv):
             except OSError:
                 pass
             assert proc.poll() is None, (venv["cwd"] / "app.log").read_text()
-            assert time.time() < deadline, "attnviz app did not answer within 120 s"
+            assert time.time() < deadline, "attnviz app did not answer within 600 s"
             time.sleep(0.5)
         with urllib.request.urlopen(url, timeout=30) as resp:
             assert resp.status == 200 and b"<title>Streamlit</title>" in resp.read()

@@ -171,7 +171,7 @@ def _faithfulness_page(app_spec, timeout):
 
 
 def test_the_page_ranks_the_maps_per_layer(app_spec):
-    at = _faithfulness_page(app_spec, 120)
+    at = _faithfulness_page(app_spec, 600)
     assert not at.exception, [e.value for e in at.exception]
     table = at.dataframe[0].value  # the correlation table; rows: map labels, columns: L1..
     ranked = at.table[0].value  # the ranking below it (a static table); rows: L1.., columns: #1..
@@ -195,7 +195,7 @@ def test_the_page_ranks_the_maps_per_layer(app_spec):
 def test_the_page_ranks_the_maps_of_a_study(app_spec):
     """After the page's study (3 sentences): the ranking table below the study's means orders the maps
     by those means (plain sort)."""
-    at = _faithfulness_page(app_spec, 300)
+    at = _faithfulness_page(app_spec, 600)
     at.number_input(key="fa_study_n").set_value(3)
     at.button(key="fa_study_go").click()
     at.run()

@@ -252,7 +252,7 @@ def test_the_sidebar_offers_examples_for_a_causal_model(smol):
 
     from attnviz.app import ui
     os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
     at.query_params["model"] = "pkg:smollm2"
     at.run()
     assert "Pronoun resolution (her)" in at.selectbox(key="preset").options
@@ -272,7 +272,7 @@ def test_every_page_runs_on_smollm2(smol, page):
     if page in ("faithfulness", "context_mixing"):
         assert any("would take about" in w.value for w in at.warning) == bool(asks)
     for b in asks:
-        b.click().run(timeout=600)
+        b.click().run(timeout=900)
         assert not at.exception, at.exception
     assert not [b for b in at.button if b.key and b.key.startswith("ask_go_")]
     assert not at.error, [e.value for e in at.error]
@@ -330,7 +330,7 @@ def test_adversarial_page_on_smollm2(smol):
     at.number_input(key="adv_points").set_value(4)
     at.number_input(key="adv_jw_steps").set_value(0)
     at.run()
-    at.button(key="adv_go").click().run(timeout=300)
+    at.button(key="adv_go").click().run(timeout=900)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     text = " ".join(m.value for m in at.markdown)
