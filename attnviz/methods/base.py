@@ -51,6 +51,18 @@ def with_residual(A: np.ndarray) -> np.ndarray:
 GPU_CHAIN_MIN = 256
 
 
+def graph_top(L: int, n: int, output: int, source, top) -> int:
+    """Checks a path query on the layered attention graph of L layers and n tokens (output and source
+    positions, top layer 1..L, default L) and returns the top layer; ValueError naming what is out of range."""
+    top = L if top is None else int(top)
+    if not 1 <= top <= L:
+        raise ValueError(f"top layer {top} is outside 1..{L}")
+    for name, p in (("output", output), ("source", source)):
+        if p is not None and not 0 <= int(p) < n:
+            raise ValueError(f"{name} position {p} is outside 0..{n - 1}")
+    return top
+
+
 def chain(C, device=None) -> np.ndarray:
     """C [L, n, n] per-layer maps -> R [L, n, n] with R_1 = C_1, R_l = C_l R_{l-1} (rollout without an
     added identity: the maps already contain the residual). numpy on the CPU; a tensor on a GPU, or

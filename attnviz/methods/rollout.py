@@ -6,7 +6,7 @@ import torch
 
 from . import mixing
 from .info import GraphView, MethodInfo
-from .base import Map, chain, with_residual
+from .base import Map, chain, graph_top, with_residual
 
 
 def rollout(A: np.ndarray) -> np.ndarray:
@@ -31,12 +31,7 @@ def edge_mass(A: np.ndarray, output: int, source=None, top=None) -> tuple:
     rollout[top][output, source] (1 to all inputs)."""
     Ah = with_residual(np.asarray(A, dtype=np.float64))
     L, n, _ = Ah.shape
-    top = L if top is None else int(top)
-    if not 1 <= top <= L:
-        raise ValueError(f"top layer {top} is outside 1..{L}")
-    for name, p in (("output", output), ("source", source)):
-        if p is not None and not 0 <= int(p) < n:
-            raise ValueError(f"{name} position {p} is outside 0..{n - 1}")
+    top = graph_top(L, n, output, source, top)
     # U_l[output, i]: mass arriving at (l, i) from the output node; D_l[j, source]: rollout below
     U = np.zeros((top + 1, n))
     U[top, output] = 1.0

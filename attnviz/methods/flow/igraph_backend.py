@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..base import with_residual
+from ..base import graph_top, with_residual
 from .bounds import CERTIFY_TOL, _bounds, _is_causal, _lower_two
 from .estimate import estimate_pairs
 from .pool import POOL_MIN_SECONDS, _drop, _pool
@@ -153,12 +153,7 @@ def edge_flows(A: np.ndarray, output: int, source: Optional[int] = None, top: Op
 
     Ares = with_residual(A)
     L, n, _ = Ares.shape
-    top = L if top is None else int(top)
-    if not 1 <= top <= L:
-        raise ValueError(f"top layer {top} is outside 1..{L}")
-    for name, p in (("output", output), ("source", source)):
-        if p is not None and not 0 <= int(p) < n:
-            raise ValueError(f"{name} position {p} is outside 0..{n - 1}")
+    top = graph_top(L, n, output, source, top)
     g, cap, _ = _graph(Ares, top - 1)  # node (level m, position p) is m * n + p
     m = g.ecount()
     if source is None:  # a super sink after the last node, fed by every input node; never the bottleneck
