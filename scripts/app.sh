@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 PY=$(bash scripts/install.sh --print-python)
+PATH="$("$PY" -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
+export PATH
 exec "$PY" -m streamlit run app.py --server.address "${ATTNVIZ_ADDRESS:-127.0.0.1}" --server.headless true "$@"

@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --test
 PY=$(bash scripts/install.sh --print-python)
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# that Python's console scripts (attnviz, ray, lint-imports) come first on PATH, as in an activated venv
+PATH="$("$PY" -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
+export PATH HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 if [ "${1:-}" = "--fast" ]; then
   shift
   exec "$PY" -m pytest -q -m "not (app or browser or real_model or ray or slow)" "$@"

@@ -17,6 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
+
+def BIN(name: str) -> str:
+    """The console script `name` of the Python running this script (its venv's bin/, activated or not)."""
+    return str(Path(sys.executable).with_name(name))
+
 PORT = 6390
 ADDRESS = f"127.0.0.1:{PORT}"
 
@@ -92,7 +97,7 @@ def main(out: str, report_path: str, n: int) -> None:
         base = ["--num-cpus", "1", "--disable-usage-stats"]
         for args in (["--head", "--port", str(PORT), "--include-dashboard=false", "--temp-dir", tmp],
                      [f"--address={ADDRESS}"]):
-            r = subprocess.run(["ray", "start"] + args + base, capture_output=True, text=True, timeout=600)
+            r = subprocess.run([BIN("ray"), "start"] + args + base, capture_output=True, text=True, timeout=600)
             if r.returncode:
                 raise RuntimeError(f"ray start {' '.join(args)} failed: {r.stderr[-1500:]}")
         rep["cluster_start_s"] = time.monotonic() - t
@@ -126,7 +131,7 @@ def main(out: str, report_path: str, n: int) -> None:
             rep["start_timeout"] = str(e)
         ray.shutdown()
         mark("cannot_load")
-        common = ["attnviz", "study", "--model", "builtin:agreement", "--data", "builtin:agreement", "--n", str(n),
+        common = [BIN("attnviz"), "study", "--model", "builtin:agreement", "--data", "builtin:agreement", "--n", str(n),
                   "--out", str(out), "--engine", "ray", "--threads", "1", "--quiet"]
         cmd = common + ["--address", ADDRESS, "--workers", "2", "--batch-size", "2"]
         # driver 1, killed midway; while it holds the folder (paused with SIGSTOP, so it cannot finish
@@ -176,7 +181,7 @@ def main(out: str, report_path: str, n: int) -> None:
         rep["driver2"] = dict(rc=d2.returncode, stdout=o, stderr=e[-3000:])
         mark("driver2")
     finally:
-        r = subprocess.run(["ray", "stop", "--force"], capture_output=True, text=True, timeout=600)
+        r = subprocess.run([BIN("ray"), "stop", "--force"], capture_output=True, text=True, timeout=600)
         rep["ray_stop_rc"] = r.returncode
         rep["left_after_stop"] = [c.decode("utf-8", "replace") for c in (cmdline(p) for p in os.listdir("/proc")
                                                                           if p.isdigit() and p != "1")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,5 +173,5 @@ def test_study_command_writes_tables_and_resumes(tiny_folder, tmp_path, capsys):
 
 def test_console_script_runs():
     """The installed entry point (pyproject's [project.scripts]) reaches main()."""
-    r = subprocess.run(["attnviz", "study", "--help"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([str(Path(sys.executable).with_name("attnviz")), "study", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--data" in r.stdout and "resum" in r.stdout
