@@ -278,9 +278,10 @@ def test_downloads_are_real_files(server, browser, spec):
     page.get_by_text("Download").first.click()
     got = {}
     for label in ("Analysis as JSON", "Analysis as NPZ", "Maps as SVG", "Maps as PNG"):
-        with page.expect_download(timeout=90_000) as d:
-            # the buttons appear once the exports are built (PNG/SVG through kaleido): slow under load
-            page.get_by_role("button", name=label).click(timeout=90_000)
+        with page.expect_download(timeout=600_000) as d:
+            # the buttons appear once the exports are built (PNG/SVG through kaleido): minutes on a loaded
+            # machine (90 s ran out at load 4-5); the wait is for the button, a hang guard, not a timing
+            page.get_by_role("button", name=label).click(timeout=600_000)
         got[label] = Path(d.value.path()).read_bytes()
     ref = attnviz.analyze(attnviz.load_model(spec), "the keys to the cabinet [MASK] on the table .",
                           methods=["attention", "rollout"])
