@@ -123,6 +123,25 @@ def wait_idle(page, timeout=180_000):
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
 
 
+def open_expander(page, key: str, button: str, deadline_s: float = 600):
+    """Open the expander with this Streamlit key until `button` inside it is visible, and return that
+    button. A rerun (the maps joining later, more so under load) may draw the page again: the expander
+    is opened again whenever it is found closed, until the hang guard."""
+    end = time.time() + deadline_s
+    exp = page.locator(f".st-key-{key}")
+    target = exp.get_by_role("button", name=button)
+    while True:
+        try:
+            exp.wait_for(timeout=60_000)
+            if not exp.locator("details").first.evaluate("d => d.open"):
+                exp.locator("summary").first.click(timeout=60_000)
+            target.wait_for(state="visible", timeout=10_000)
+            return target
+        except Exception:
+            if time.time() > end:
+                raise
+
+
 def maps_title_has(page, text: str, timeout=60_000):
     """Wait until the title of the Explore maps ("Layer 2 · head 3") contains `text` (any case)."""
     page.wait_for_function(
@@ -274,14 +293,12 @@ def test_downloads_are_real_files(server, browser, spec):
     page = ctx.new_page()
     page.goto(f"{server}/?model={quote(spec)}&methods=attention,rollout")
     page.wait_for_selector(".st-key-maps .heatmaplayer", timeout=120_000)
-    wait_idle(page)  # opened while the script still ran, the expander could be drawn again, closed
-    page.get_by_text("Download").first.click()
+    wait_idle(page)
     got = {}
     for label in ("Analysis as JSON", "Analysis as NPZ", "Maps as SVG", "Maps as PNG"):
-        with page.expect_download(timeout=600_000) as d:
-            # the buttons appear once the exports are built (PNG/SVG through kaleido): minutes on a loaded
-            # machine (90 s ran out at load 4-5); the wait is for the button, a hang guard, not a timing
-            page.get_by_role("button", name=label).click(timeout=600_000)
+        button = open_expander(page, "download", label)
+        with page.expect_download(timeout=600_000) as d:  # PNG/SVG are built on click (kaleido): minutes under load
+            button.click(timeout=600_000)
         got[label] = Path(d.value.path()).read_bytes()
     ref = attnviz.analyze(attnviz.load_model(spec), "the keys to the cabinet [MASK] on the table .",
                           methods=["attention", "rollout"])

@@ -216,7 +216,7 @@ def maps_panel():
         bars = None
         st.caption("The target position is hidden, so there is no row to show.")
 
-    with st.expander("Download", icon=":material/download:"):
+    with st.expander("Download", icon=":material/download:", key="download"):
         stem = "attnviz_layer%d%s" % (l + 1, "" if not h else f"_head{h}")
         d1, d2, d3, d4 = st.columns(4)
         d1.download_button("Maps as PNG", lambda: export.figure_bytes(fig, "png"), file_name=stem + ".png",

@@ -69,7 +69,7 @@ if ss.graph_source == ui.AUTO and total > 0:  # where the highlighted mass ends:
                    "top layer, or ")
         st.caption(f"**{100 * arrive[j] / total:.0f} % of it ends at {ui.plain(labels[j])}.** {why}"
                    + ("pick" if why else "Pick") + " another input token at the bottom to see only the paths to it.")
-with st.expander("Download", icon=":material/download:"):
+with st.expander("Download", icon=":material/download:", key="graph_download"):
     from attnviz import export
     st.download_button("Graph as PNG", lambda: export.figure_bytes(fig, "png"), file_name="attnviz_graph.png",
                        mime="image/png", on_click="ignore", key="dl_graph_png")
