@@ -27,7 +27,7 @@ import torch
 
 from ..errors import ModelLoadError
 from ..resources import models_dir
-from .check import SelfCheck, self_check
+from .check import SelfCheck, self_check, weights_check
 from .families import Architecture, UnsupportedArchitecture, read_architecture
 
 # any one of these makes a folder's tokenizer loadable (without one, transformers builds an empty one)
@@ -495,8 +495,8 @@ def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool =
         arch, reason = None, f"the {model.config.model_type} reader failed: {e}"
     lm = LoadedModel(spec=spec, source=source, model=model, tokenizer=tokenizer, arch=arch,
                      task=task_of(model), unsupported_reason=reason)
-    if check and arch is not None:
-        lm.check = self_check(lm)
+    if check:  # every weight finite, and (for the layers we read) our trace equal to the model's own
+        lm.check = self_check(lm) if arch is not None else weights_check(lm)
     return lm
 
 
