@@ -36,14 +36,46 @@ def _long_input(n: int) -> Optional[str]:
             f"for {', '.join(fast)}, which can mean minutes and gigabytes; shorten the text or ask for fewer methods")
 
 
+def _layers(bad: np.ndarray) -> str:
+    """[L] bools -> "layer 3" | "layers 2-6" | "layers 1, 4" (counted from 1)."""
+    ls = [int(i) + 1 for i in np.flatnonzero(bad)]
+    if len(ls) == 1:
+        return f"layer {ls[0]}"
+    if ls == list(range(ls[0], ls[-1] + 1)):
+        return f"layers {ls[0]}-{ls[-1]}"
+    return "layers " + ", ".join(map(str, ls[:6])) + (", ..." if len(ls) > 6 else "")
+
+
 def _nonfinite(maps: dict, mix: dict, pred: list) -> list:
-    """Names of the results that hold NaN or inf."""
-    bad = [m for m, mp in maps.items()
-           if not np.isfinite(mp.layer).all() or (mp.heads is not None and not np.isfinite(mp.heads).all())]
-    bad += [f"mixing {k}" for k, v in mix.items() if not np.isfinite(np.asarray(v, dtype=float)).all()]
+    """The results that hold NaN or inf, each with its layers: ["attention (layers 1-6)", "mixing Attn-W
+    (layer 2)", "the prediction"]."""
+    bad = []
+    for m, mp in maps.items():
+        per = ~np.isfinite(mp.layer).reshape(mp.layer.shape[0], -1).all(1)
+        if mp.heads is not None:
+            per |= ~np.isfinite(mp.heads).reshape(mp.heads.shape[0], -1).all(1)
+        if per.any():
+            bad.append(f"{m} ({_layers(per)})")
+    for k, v in mix.items():
+        v = np.asarray(v, dtype=float)
+        per = ~np.isfinite(v).reshape(v.shape[0], -1).all(1) if v.ndim else ~np.isfinite(v).reshape(1)
+        if per.any():
+            bad.append(f"mixing {k} ({_layers(per)})" if v.ndim else f"mixing {k}")
     if any(not np.isfinite(p) for _, p in pred):
         bad.append("the prediction")
     return bad
+
+
+def _nonfinite_cause(lm, tr: Trace) -> str:
+    """Why an analysis holds NaN or inf: the load check's reason (weights not finite), else the first of
+    the model's own hidden states on this text that is not finite, else an overflow in our arithmetic."""
+    if lm.check is not None and not lm.check.ok and "not finite" in (lm.check.reason or ""):
+        return lm.check.reason
+    first = next((k for k, h in enumerate(tr.hidden_states) if not bool(torch.isfinite(h).all())), None)
+    if first is not None:
+        where = "the embeddings" if first == 0 else f"the output of layer {first}"
+        return f"the model's own outputs on this text are not finite from {where} on"
+    return "the computation overflowed (the model's own outputs on this text are finite)"
 
 
 @dataclass
@@ -222,11 +254,7 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
                      f"position {enc.target} ({readable_token(enc.tokens[enc.target])})")
     bad = _nonfinite(maps, mix, pred)
     if bad:
-        why = (lm.check.reason if lm.check is not None and not lm.check.ok and "not finite" in (lm.check.reason or "")
-               else "the model's own outputs on this text are not finite" if not all(
-                   bool(torch.isfinite(h).all()) for h in tr.hidden_states)
-               else "the computation overflowed")
-        notes.append(f"values are not finite (NaN or inf) in {', '.join(bad)}: {why}")
+        notes.append(f"values are not finite (NaN or inf) in {', '.join(bad)}: {_nonfinite_cause(lm, tr)}")
     return Analysis(spec=lm.spec, text=enc.text, tokens=enc.tokens, special=enc.special, target=enc.target,
                     prediction=pred, output_kind=kind, maps=maps, mixing=mix,
                     trace_err=tr.max_rel_err, notes=notes, disabled=disabled, timings=timings,

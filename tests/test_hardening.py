@@ -542,3 +542,83 @@ def test_ctrl_c_inside_a_finaliser_still_interrupts_quietly():
                        timeout=600)
     assert p.returncode == 130, (p.returncode, p.stderr)
     assert p.stderr.strip() == "interrupted", p.stderr
+
+
+# ---------------------------------------------------------------- 8. NaN beyond the probe sentence
+def _bert_with(tokenizer, poison):
+    """A tiny random BERT MLM with poison(model) applied to its weights (under no_grad)."""
+    model, _ = _fresh_bert(tokenizer)
+    with torch.no_grad():
+        poison(model)
+    return model
+
+
+LONG = "the keys to the cabinet [MASK] on the table . " * 5  # 52 tokens: reaches position 40
+
+
+@pytest.mark.parametrize("where", ["position 40", "token type 1", "an unused buffer", "inf in the output bias"])
+def test_load_check_finds_nonfinite_weights_the_probe_never_reads(tokenizer, where):
+    from attnviz.models.load import wrap
+
+    def poison(m):
+        if where == "position 40":
+            m.bert.embeddings.position_embeddings.weight[40, 3] = float("nan")
+        elif where == "token type 1":
+            m.bert.embeddings.token_type_embeddings.weight[1] = float("nan")
+        elif where == "an unused buffer":
+            m.register_buffer("spare_scale", torch.tensor([1.0, float("nan")]))
+        else:
+            m.cls.predictions.bias[7] = float("inf")  # a vocabulary entry the probe's top answers never show
+
+    model = _bert_with(tokenizer, poison)
+    lm = wrap(model, tokenizer, spec="poisoned")
+    assert not lm.check.ok and not lm.decompositions_ok
+    name = {"position 40": "position_embeddings", "token type 1": "token_type_embeddings",
+            "an unused buffer": "spare_scale", "inf in the output bias": "predictions.bias"}[where]
+    assert "not finite" in lm.check.reason and name in lm.check.reason and "\n" not in lm.check.reason
+    assert "not finite" in lm.disabled_reason and "still works" not in lm.disabled_reason
+    if where == "position 40":
+        assert "[40, 3]" in lm.check.reason  # the first bad value's index
+    clean = wrap(_fresh_bert(tokenizer)[0], tokenizer, spec="clean")
+    assert clean.check.ok  # the same model without the poison passes
+
+
+def test_nonfinite_weights_of_an_unreadable_architecture_are_found(tokenizer, monkeypatch):
+    """A model whose layers attnviz cannot read gets the weight check too (its raw attention is still shown)."""
+    from attnviz.models import load
+
+    def unsupported(model):
+        raise load.UnsupportedArchitecture("not readable here")
+
+    monkeypatch.setattr(load, "read_architecture", unsupported)
+    model = _bert_with(tokenizer, lambda m: m.bert.embeddings.position_embeddings.weight[40].fill_(float("nan")))
+    lm = load.wrap(model, tokenizer, spec="unreadable")
+    assert lm.arch is None and lm.check is not None and not lm.check.ok
+    assert "position_embeddings" in lm.check.reason
+    assert load.wrap(_fresh_bert(tokenizer)[0], tokenizer, spec="ok").check is None  # finite: nothing to say
+
+
+def _expected_layers(mp) -> str:
+    """The layers (from 1) where a map holds NaN/inf, written as the note writes them, computed plainly."""
+    bad = [l + 1 for l in range(mp.layer.shape[0]) if not np.isfinite(mp.layer[l]).all()
+           or (mp.heads is not None and not np.isfinite(mp.heads[l]).all())]
+    return f"layer {bad[0]}" if len(bad) == 1 else f"layers {bad[0]}-{bad[-1]}"
+
+
+def test_nonfinite_analysis_note_names_each_map_and_its_layers(tokenizer):
+    from attnviz.models.load import wrap
+
+    model = _bert_with(tokenizer, lambda m: m.bert.embeddings.position_embeddings.weight[40, 3].fill_(float("nan")))
+    lm = wrap(model, tokenizer, spec="pos40", check=False)  # as if loaded by code that skips the check
+    a = attnviz.analyze(lm, LONG, max_tokens=64, methods=["attention", "rollout"])
+    assert len(a.tokens) > 41 and not np.isfinite(a.maps["attention"].layer).all()
+    note = next(n for n in a.notes if n and n.startswith("values are not finite"))
+    for m in ("attention", "rollout"):
+        assert f"{m} ({_expected_layers(a.maps[m])})" in note, note
+    assert "the prediction" in note and "from the embeddings on" in note  # the cause: the first bad hidden state
+    short = attnviz.analyze(lm, SENTENCE, max_tokens=64, methods=["attention"])  # never reaches position 40
+    assert np.isfinite(short.maps["attention"].layer).all()
+    assert not any(n and "not finite" in n for n in short.notes)
+    checked = attnviz.analyze(wrap(model, tokenizer, spec="pos40"), LONG, max_tokens=64, methods=["attention"])
+    note = next(n for n in checked.notes if n.startswith("values are not finite"))
+    assert "attention (layers 1-2)" in note and "position_embeddings" in note  # the load check's reason
