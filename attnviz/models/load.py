@@ -324,6 +324,62 @@ def _model_class(config):
     return transformers.AutoModel, "encoder"
 
 
+def _plain_class():
+    import transformers
+    return transformers.AutoModel
+
+
+def _show(keys, k: int = 3) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:k]) + (f" and {len(keys) - k} more" if len(keys) > k else "")
+
+
+def checked_weights(model, info: dict, spec: str, load_plain=None):
+    """What transformers reported loading `model` (info: from_pretrained's output_loading_info) ->
+    (the model to use, load notes). Nothing randomly initialised is ever used silently:
+
+    - weights missing from the model itself (embeddings, layers): ModelLoadError;
+    - weights missing from the output head only (e.g. a sentence-transformers folder whose config names
+      *ForMaskedLM but holds no lm_head.*): the plain model without a head is loaded instead
+      (load_plain() -> (model, info)), with a note; its target is then the final hidden state;
+    - a plain model's pooler missing: a note (attnviz never uses the pooler);
+    - weights in the checkpoint that the model does not use, or of another shape: a note.
+    """
+    notes = []
+    missing = set(info.get("missing_keys") or ())
+    unexpected = set(info.get("unexpected_keys") or ())
+    mismatched = {k[0] if isinstance(k, tuple) else k for k in (info.get("mismatched_keys") or ())}
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    has_head = model is not getattr(model, "base_model", model)
+    if has_head:
+        head = {k for k in missing | mismatched if not k.startswith(prefix + ".")}
+        body = (missing | mismatched) - head
+    else:
+        head, body = set(), missing | mismatched
+    pooler = {k for k in body if k.split(".")[-3:-2] == ["pooler"] or k.startswith("pooler.")}
+    body -= pooler
+    if body:
+        raise ModelLoadError(f"'{spec}' is incomplete: the checkpoint has no weights (or weights of another shape) for "
+                             f"{len(body)} tensor(s) of the model itself ({_show(body)}); transformers would fill "
+                             "them with random numbers, so it is not loaded")
+    if head:
+        name = type(model).__name__
+        if load_plain is None:
+            raise ModelLoadError(f"'{spec}': the checkpoint has no weights for the {name} output head "
+                                 f"({_show(head)}): that head would be random, so it is not used")
+        plain, pinfo = load_plain()
+        plain, more = checked_weights(plain, pinfo, spec)
+        notes.append(f"the checkpoint has no weights for the {name} output head ({_show(head)}): loaded the plain "
+                     f"{type(plain).__name__} instead (no random head); the target is the final hidden state")
+        return plain, notes + more
+    if pooler:
+        notes.append(f"the checkpoint has no pooler weights ({_show(pooler)}); attnviz never uses the pooler")
+    if unexpected:
+        notes.append(f"the checkpoint has {len(unexpected)} weight(s) {type(model).__name__} does not use "
+                     f"({_show(unexpected)}); they are ignored")
+    return model, notes
+
+
 def task_of(model) -> str:
     name = type(model).__name__
     if name.endswith("ForMaskedLM"):
@@ -359,21 +415,26 @@ def _from_pretrained(kind: str, source: str, spec: str):
             raise ModelLoadError(f"'{spec}' was not found on the Hugging Face hub") from None
         raise ModelLoadError(f"could not read the configuration of '{spec}': {msg}{hint}") from None
     cls, task = _model_class(config)
-    try:
-        model = cls.from_pretrained(source, attn_implementation="eager", local_files_only=local_only,
-                                    trust_remote_code=False)
-    except Exception as e:  # noqa: BLE001
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        _refuse_remote_code(e, spec)
-        if "does not support" in msg or "Unrecognized configuration" in msg:
-            raise ModelLoadError(f"'{spec}' has an architecture transformers cannot load here ({config.model_type}): {msg}") from None
-        raise ModelLoadError(f"could not load the weights of '{spec}': {msg}{hint}") from None
+
+    def load(c):
+        try:
+            return c.from_pretrained(source, attn_implementation="eager", local_files_only=local_only,
+                                     trust_remote_code=False, output_loading_info=True)
+        except Exception as e:  # noqa: BLE001
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            _refuse_remote_code(e, spec)
+            if "does not support" in msg or "Unrecognized configuration" in msg:
+                raise ModelLoadError(f"'{spec}' has an architecture transformers cannot load here ({config.model_type}): {msg}") from None
+            raise ModelLoadError(f"could not load the weights of '{spec}': {msg}{hint}") from None
+
+    model, info = load(cls)
+    model, notes = checked_weights(model, info, spec, lambda: load(_plain_class()))
     try:
         tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
         _refuse_remote_code(e, spec)
         raise ModelLoadError(f"could not load the tokenizer of '{spec}': {str(e).splitlines()[0] if str(e) else type(e).__name__}{hint}") from None
-    return model, tok
+    return model, tok, notes
 
 
 def _cache_key(path: Path) -> str:
@@ -419,8 +480,8 @@ def _from_gguf(source: str, spec: str):
     dest = converted_copy(path)
     if (dest / "config.json").is_file():
         try:
-            model, tok = _from_pretrained("folder", str(dest), spec)
-            return model, tok, f"loaded the converted copy of {path.name} from {dest}"
+            model, tok, notes = _from_pretrained("folder", str(dest), spec)
+            return model, tok, [f"loaded the converted copy of {path.name} from {dest}"] + notes
         except ModelLoadError:
             shutil.rmtree(dest, ignore_errors=True)  # damaged cache: convert again
     from transformers import AutoConfig, AutoTokenizer
@@ -440,17 +501,19 @@ def _from_gguf(source: str, spec: str):
         import transformers
         cls = transformers.AutoModelForCausalLM
     try:
-        model = cls.from_pretrained(folder, gguf_file=name, attn_implementation="eager", trust_remote_code=False)
+        model, info = cls.from_pretrained(folder, gguf_file=name, attn_implementation="eager",
+                                          trust_remote_code=False, output_loading_info=True)
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(f"could not load the GGUF file '{path.name}' ({config.model_type}): {msg}") from None
+    model, notes = checked_weights(model, info, spec)
     try:
         _write_converted(model, tok, dest)
         note = f"converted {path.name} to float32 and kept a copy in {dest} for faster loads"
     except Exception as e:  # noqa: BLE001 - a read-only cache only costs time
         note = f"converted {path.name} to float32; could not keep a copy in {dest} ({e})"
-    return model, tok, note
+    return model, tok, [note] + notes
 
 
 def resolve_device(device=None) -> torch.device:
@@ -507,12 +570,10 @@ def load_model(spec, device="cpu") -> LoadedModel:
     dev = resolve_device(device)  # before any loading: a missing GPU is said at once
     kind, source = resolve(spec)
     spec = os.fspath(spec) if isinstance(spec, os.PathLike) else spec.strip()
-    note = None
     if kind == "gguf":
-        model, tok, note = _from_gguf(source, spec)
+        model, tok, notes = _from_gguf(source, spec)
     else:
-        model, tok = _from_pretrained(kind, source, spec)
+        model, tok, notes = _from_pretrained(kind, source, spec)
     lm = wrap(model, tok, spec=spec, source=source, device=dev)
-    if note:
-        lm.load_notes.append(note)
+    lm.load_notes.extend(notes)
     return lm
