@@ -622,3 +622,123 @@ def test_nonfinite_analysis_note_names_each_map_and_its_layers(tokenizer):
     checked = attnviz.analyze(wrap(model, tokenizer, spec="pos40"), LONG, max_tokens=64, methods=["attention"])
     note = next(n for n in checked.notes if n.startswith("values are not finite"))
     assert "attention (layers 1-2)" in note and "position_embeddings" in note  # the load check's reason
+
+
+# ---------------------------------------------------------------- 9. a hub that drips
+@pytest.fixture
+def drip_server():
+    """drip_server(mode) -> port of an HTTP server on 127.0.0.1 that drips: mode "body" sends its status line
+    and headers at once and then a body of 400 bytes, one byte every 0.5 s; "headers" drips the headers
+    themselves. The /api/models/ request of "files" is answered at once (a model with a config.json) and
+    every file GET drips its body (HEAD: headers at once, no body). Each server records its request lines."""
+    servers = []
+
+    def start(mode):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(32)
+        seen = []
+
+        def serve(c):
+            try:
+                req = c.recv(65536)
+                seen.append(req.split(b"\r\n", 1)[0])
+                if mode == "files" and req.startswith(b"GET /api/models/"):
+                    body = json.dumps({"id": "someorg/some-model", "sha": "a" * 40,
+                                       "siblings": [{"rfilename": "config.json"}]}).encode()
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                              % len(body) + body)
+                    return
+                head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Repo-Commit: " + b"a" * 40
+                        + b"\r\nETag: \"e\"\r\nContent-Length: 400\r\n\r\n")
+                if mode == "headers":
+                    for k in range(len(head)):
+                        time.sleep(0.5)
+                        c.sendall(head[k:k + 1])
+                    return
+                c.sendall(head)
+                if req.startswith(b"HEAD "):
+                    return
+                for _ in range(400):
+                    time.sleep(0.5)
+                    c.sendall(b" ")
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+        def accept():
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+        servers.append(srv)
+        return srv.getsockname()[1], seen
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+@pytest.mark.parametrize("mode", ["body", "headers"])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_hub_requests_have_a_deadline_as_a_whole(drip_server, monkeypatch, mode, streamed):
+    """Every read of the dripping server returns within the timeout: only a deadline on the whole request ends it."""
+    import httpx2
+
+    from attnviz.models import hub
+
+    monkeypatch.setenv("ATTNVIZ_HUB_TIMEOUT", "1")
+    port, seen = drip_server(mode)
+    client = hub.wrap_client(httpx2.Client(timeout=None))
+    url = f"http://127.0.0.1:{port}/someorg/some-model/resolve/main/config.json"
+    with pytest.raises(hub.HubDeadline) as e:  # 400 bytes at 2 per second: 200 s without the deadline
+        if streamed:
+            with client.stream("GET", url) as r:
+                for _ in r.iter_bytes():
+                    pass
+        else:
+            client.get(url)
+    msg = str(e.value)
+    assert "\n" not in msg and "'config.json'" in msg and "1 s (ATTNVIZ_HUB_TIMEOUT)" in msg
+    assert ("headers" in msg) == (mode == "headers")
+    client.close()
+
+
+def test_hub_deadline_allows_a_large_file_at_a_fair_rate(monkeypatch):
+    """The body's deadline grows with the file's size (MIN_BYTES_PER_S), so a real download is not cut."""
+    import httpx2
+
+    from attnviz.models import hub
+
+    monkeypatch.setenv("ATTNVIZ_HUB_TIMEOUT", "1")
+    body = bytes(range(256)) * 4096  # 1 MiB, sent at once
+    client = hub.wrap_client(httpx2.Client(transport=httpx2.MockTransport(
+        lambda request: httpx2.Response(200, content=body))))
+    assert client.get("http://hub.invalid/m/resolve/main/model.safetensors").content == body
+    s = hub._DeadlineStream([b""], "u", started=0.0, size=10 * 2 ** 20, sock=None)
+    assert s._allowed() == pytest.approx(1 + 10 * 2 ** 20 / hub.MIN_BYTES_PER_S)  # 1 s + 10 MiB at 50 kB/s
+
+
+@pytest.mark.slow  # a fresh Python that imports torch
+@pytest.mark.parametrize("mode", ["body", "files"])
+def test_hub_that_drips_fails_in_one_line(drip_server, tmp_path, mode):
+    """The model's API answer (mode body) or its files (mode files) arrive a byte every 0.5 s: one line, rc 2."""
+    port, seen = drip_server(mode)
+    env = _env(HF_HUB_OFFLINE=None, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"),
+               ATTNVIZ_HUB_TIMEOUT="2", HTTPS_PROXY=None, HTTP_PROXY=None, ALL_PROXY=None,
+               https_proxy=None, http_proxy=None, all_proxy=None, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    r = run_cli(["analyze", "--model", "someorg/some-model", "--text", "a b c", "--out", str(tmp_path / "a.json")],
+                env=env)  # 400 bytes at 2 per second per request without a deadline: run_cli's 600 s guard fails it
+    assert any(q.startswith(b"GET /api/models/someorg/some-model") for q in seen), seen
+    assert r.returncode == 2, r.stderr
+    line = _one_line_error(r.stderr)
+    assert "past the deadline (2 s (ATTNVIZ_HUB_TIMEOUT)" in line and "someorg/some-model" in line
+    assert "hf download someorg/some-model --local-dir" in line
+    if mode == "files":
+        assert "'config.json'" in line and any(b"/resolve/" in q for q in seen)
+    assert not (tmp_path / "a.json").exists()

@@ -27,7 +27,9 @@ import torch
 
 from ..errors import ModelLoadError
 from ..resources import models_dir
+from . import hub
 from .check import SelfCheck, self_check, weights_check
+from .hub import hub_timeout  # noqa: F401 - part of this module's API
 from .families import Architecture, UnsupportedArchitecture, read_architecture
 
 # any one of these makes a folder's tokenizer loadable (without one, transformers builds an empty one)
@@ -244,39 +246,9 @@ def _download_hint(spec: str) -> str:
             "and give the folder path instead")
 
 
-def hub_timeout() -> float:
-    """Seconds any one hub request may wait (connect or read): ATTNVIZ_HUB_TIMEOUT, default 10."""
-    try:
-        t = float(os.environ.get("ATTNVIZ_HUB_TIMEOUT", "10"))
-    except ValueError:
-        t = 10.0
-    return t if 0 < t < float("inf") else 10.0
-
-
 def _bound_hub_requests() -> None:
-    """Give every request huggingface_hub makes a timeout: some of its calls pass timeout=None, which
-    waits forever on an endpoint that accepts and never answers. Only the default client is changed."""
-    try:
-        from huggingface_hub.utils import _http as h
-    except ImportError:
-        return
-    if getattr(h, "_GLOBAL_CLIENT_FACTORY", None) is not getattr(h, "default_client_factory", object()):
-        return  # the default is gone, or someone installed their own client: leave it
-
-    def bounded(request):
-        t = dict(request.extensions.get("timeout") or {})
-        request.extensions["timeout"] = {k: hub_timeout() if t.get(k) is None else t[k]
-                                         for k in ("connect", "read", "write", "pool")}
-
-    def factory():
-        client = h.default_client_factory()
-        client.event_hooks["request"].append(bounded)
-        return client
-
-    try:
-        h.set_client_factory(factory)
-    except Exception:  # noqa: BLE001 - an API change costs the backstop only
-        pass
+    """Every request huggingface_hub makes gets a timeout per wait and a deadline as a whole (hub.py)."""
+    hub.install()
 
 
 def _hub_probe(spec: str) -> None:
@@ -294,6 +266,7 @@ def _hub_probe(spec: str) -> None:
     except RepositoryNotFoundError:
         raise ModelLoadError(f"'{spec}' was not found on the Hugging Face hub (or it is private: log in with `hf auth login`)") from None
     except Exception as e:  # noqa: BLE001 - network failures become one line; HTTP errors are left to the load
+        _past_deadline(e, spec)
         name = type(e).__name__
         if "Timeout" in name:
             raise ModelLoadError(f"the Hugging Face hub at {constants.ENDPOINT} did not answer within {t:g} s "
@@ -301,6 +274,13 @@ def _hub_probe(spec: str) -> None:
         if isinstance(e, OSError) or "Connect" in name or "Network" in name or "Protocol" in name:
             raise ModelLoadError(f"cannot reach the Hugging Face hub at {constants.ENDPOINT} for '{spec}' ({name}); "
                                  f"{_download_hint(spec)}") from None
+
+
+def _past_deadline(e: BaseException, spec: str) -> None:
+    """A hub request that ran past its deadline (hub.HubDeadline, however wrapped) -> one line."""
+    late = hub.deadline_in(e)
+    if late is not None:
+        raise ModelLoadError(f"{late}, for '{spec}'; {_download_hint(spec)}") from None
 
 
 def _refuse_remote_code(e: Exception, spec: str) -> None:
@@ -395,6 +375,7 @@ def _from_pretrained(kind: str, source: str, spec: str):
     from transformers import AutoConfig, AutoTokenizer
     local_only = kind != "hub"
     if kind == "hub":
+        _bound_hub_requests()  # before the first request (even a local-cache look-up can ask the hub)
         # a copy in the local cache works offline; only go to the network when there is none
         try:
             AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
@@ -410,6 +391,7 @@ def _from_pretrained(kind: str, source: str, spec: str):
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - turned into one line for the user
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        _past_deadline(e, spec)
         _refuse_remote_code(e, spec)
         if kind == "hub" and ("not a valid model identifier" in str(e) or "404" in str(e) or "Repository Not Found" in str(e)):
             raise ModelLoadError(f"'{spec}' was not found on the Hugging Face hub") from None
@@ -422,6 +404,7 @@ def _from_pretrained(kind: str, source: str, spec: str):
                                      trust_remote_code=False, output_loading_info=True)
         except Exception as e:  # noqa: BLE001
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            _past_deadline(e, spec)
             _refuse_remote_code(e, spec)
             if "does not support" in msg or "Unrecognized configuration" in msg:
                 raise ModelLoadError(f"'{spec}' has an architecture transformers cannot load here ({config.model_type}): {msg}") from None
@@ -432,6 +415,7 @@ def _from_pretrained(kind: str, source: str, spec: str):
     try:
         tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
+        _past_deadline(e, spec)
         _refuse_remote_code(e, spec)
         raise ModelLoadError(f"could not load the tokenizer of '{spec}': {str(e).splitlines()[0] if str(e) else type(e).__name__}{hint}") from None
     return model, tok, notes
