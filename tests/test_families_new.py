@@ -2,6 +2,7 @@
 MPNet readers against the Hugging Face models' own forward passes on tiny random configs."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,3 +69,217 @@ def test_unexpected_weights_become_a_note(make_tiny, tmp_path):
     got = attnviz.load_model(tmp_path)
     assert type(got.model).__name__ == "BertForMaskedLM"
     assert any("1 weight(s) BertForMaskedLM does not use (extra.weight)" in n for n in got.load_notes), got.load_notes
+
+
+# ------------------------------------------------------------------ Gemma 3 and MPNet readers
+
+SENT = "the keys to the cabinet are on the table ."
+
+
+def _gemma3_config(V: int):
+    import transformers as T
+    # 4 layers: three sliding-window layers of 3 tokens and one global layer (their rotary tables
+    # differ), 4 query heads sharing 1 KV head, QK-norm, all four block norms
+    return T.Gemma3TextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, sliding_window=3,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        query_pre_attn_scalar=8, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+
+
+def _mpnet_config(V: int):
+    import transformers as T
+    return T.MPNetConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=70)
+
+
+@pytest.fixture(scope="module", params=["gemma3", "mpnet"])
+def new_family(request, tokenizer):
+    """A tiny random Gemma3ForCausalLM / MPNetForMaskedLM. Norm weights (Gemma's are stored as w in
+    x·(1 + w)) and MPNet's relative position bias are drawn away from their zero init, so that a reader
+    that skipped them would fail."""
+    import transformers as T
+    from attnviz.models.load import wrap
+    torch.manual_seed(1)
+    if request.param == "gemma3":
+        model = T.Gemma3ForCausalLM._from_config(_gemma3_config(tokenizer.vocab_size), attn_implementation="eager")
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(0, 0.5)
+    else:
+        model = T.MPNetForMaskedLM._from_config(_mpnet_config(tokenizer.vocab_size), attn_implementation="eager")
+        with torch.no_grad():
+            model.mpnet.encoder.relative_attention_bias.weight.normal_(0, 1.0)
+    return wrap(model, tokenizer, spec=f"tiny:{request.param}")
+
+
+def _hf(lm, text=SENT):
+    ids = lm.tokenizer(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        return ids, lm.model(input_ids=ids, output_hidden_states=True, output_attentions=True)
+
+
+def test_new_families_are_read_and_pass_the_self_check(new_family):
+    lm = new_family
+    assert lm.arch is not None, lm.unsupported_reason
+    assert lm.decompositions_ok, lm.disabled_reason
+    assert lm.check.max_rel_err < 1e-5 and lm.check.attn_err < 1e-5 and lm.check.logits_rel_err < 1e-5
+
+
+def test_our_layers_reproduce_the_hf_model(new_family):
+    """run_layers from the model's embeddings: every layer's output, attention and the logits equal the
+    Hugging Face model's own (independent reference: its forward with hidden states and attentions)."""
+    from attnviz.models.forward import run_layers
+    lm = new_family
+    ids, out = _hf(lm)
+    with torch.no_grad():
+        final, kept = run_layers(lm.arch, out.hidden_states[0], keep=True)
+        logits = lm.arch.head(final)
+    L = len(kept)
+    for l, r in enumerate(kept):
+        mine = final if l == L - 1 else r.resid_out
+        torch.testing.assert_close(mine, out.hidden_states[l + 1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(r.probs, out.attentions[l], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logits, out.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_gemma3_sliding_window_and_shared_kv_head(tokenizer, new_family):
+    lm = new_family
+    if lm.family != "gemma3_text":
+        pytest.skip("Gemma 3 only")
+    ws = lm.arch.layers
+    assert [w.window for w in ws] == [3, 3, None, 3] and all(w.n_kv_heads == 1 for w in ws)
+    assert len({w.rope_key for w in ws}) == 2
+    _, out = _hf(lm)
+    a = out.attentions[0][0]  # [H, n, n] of a sliding layer: the model's own zeros beyond the window
+    n = a.shape[-1]
+    i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    assert float(a[:, (i - j >= 3)].abs().max()) == 0.0 and float(a[:, (i - j == 2)].min()) > 0
+    g = out.attentions[2][0]  # the global layer sees the whole prefix
+    assert float(g[:, (i - j >= 3)].min()) > 0
+
+
+def test_mpnet_position_bias_is_applied(new_family):
+    """The relative position bias changes the attention: without it our logits would not be the model's."""
+    lm = new_family
+    if lm.family != "mpnet":
+        pytest.skip("MPNet only")
+    from dataclasses import replace
+    from attnviz.models.forward import layer_forward
+    _, out = _hf(lm)
+    x = out.hidden_states[0]
+    w = lm.arch.layers[0]
+    with torch.no_grad():
+        with_bias = layer_forward(w, x).probs
+        without = layer_forward(replace(w, score_bias=None), x).probs
+    torch.testing.assert_close(with_bias, out.attentions[0], rtol=1e-5, atol=1e-6)
+    assert float((without - out.attentions[0]).abs().max()) > 1e-2
+
+
+COMPLETE = ("atb_ff", "atb_ff_res", "atb_ff_res_ln", "alti", "decompx")
+
+
+def test_every_decomposition_adds_up_on_the_new_families(new_family):
+    """Every method that splits a real vector: its parts plus remainder equal the model's own vector
+    (Map.completeness, against the HF-checked trace), on every layer."""
+    a = attnviz.analyze(new_family, SENT if new_family.family == "gemma3_text" else "the keys to the [MASK] are here .")
+    for m in COMPLETE:
+        c = a.maps[m].completeness
+        assert c is not None and c.worst < 1e-5, (m, c)
+    for m, mp in a.maps.items():
+        assert np.isfinite(mp.layer).all(), m
+    assert a.mixing, "mixing ratios are computed"
+
+
+def test_attention_block_vectors_sum_to_the_models_attention_output(new_family):
+    """attn_vectors (the per-source parts every norm-based method reads): Σ_j Σ_h a f + b equals the
+    attention block's output as it joins the residual stream, recomputed here from the HF modules:
+    Gemma: post_attention_layernorm(o_proj(attention)); MPNet: o(attention)."""
+    from attnviz.methods.base import attn_vectors
+    from attnviz.trace import trace as make_trace
+    lm = new_family
+    tr = make_trace(lm, SENT if lm.family == "gemma3_text" else "the keys to the [MASK] are here .")
+    base = lm.model.base_model
+    for l in range(tr.n_layers):
+        a, fx, bo = attn_vectors(tr, l)
+        mine = torch.einsum("hij,hjd->id", a, fx) + bo
+        x = tr.hidden_states[l].unsqueeze(0)
+        with torch.no_grad():
+            if lm.family == "gemma3_text":
+                layer = base.layers[l]
+                captured = {}
+                h = layer.self_attn.o_proj.register_forward_hook(lambda m, i, o: captured.setdefault("o", o))
+                lm.model(input_ids=tr.enc.ids)
+                h.remove()
+                ref = layer.post_attention_layernorm(captured["o"])[0]
+            else:
+                captured = {}
+                att = base.encoder.layer[l].attention.attn
+                h = att.o.register_forward_hook(lambda m, i, o: captured.setdefault("o", o))
+                lm.model(input_ids=tr.enc.ids)
+                h.remove()
+                ref = captured["o"][0]
+        torch.testing.assert_close(mine, ref.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_value_zeroing_matches_a_rerun_of_the_hf_layer(new_family):
+    """Value zeroing at layer 1 against the Hugging Face layer rerun with source j's value vectors
+    zeroed (a hook on the value projection), cosine distance of the outputs."""
+    from attnviz.methods import value_zeroing
+    from attnviz.trace import trace as make_trace
+    lm = new_family
+    tr = make_trace(lm, SENT if lm.family == "gemma3_text" else "the keys to the [MASK] are here .")
+    got = value_zeroing.layer_scores(tr, 0)
+    base = lm.model.base_model
+    n = len(tr.tokens)
+    vproj = base.layers[0].self_attn.v_proj if lm.family == "gemma3_text" else base.encoder.layer[0].attention.attn.v
+    ref = np.zeros((n, n))
+    real = tr.hidden_states[1].double()
+    if lm.family == "gemma3_text" and tr.n_layers == 1:
+        pytest.skip("needs a layer after the first")
+    for j in range(n):
+        def zero(m, i, o, j=j):
+            o = o.clone()
+            o[:, j] = 0
+            return o
+        h = vproj.register_forward_hook(zero)
+        with torch.no_grad():
+            out = lm.model(input_ids=tr.enc.ids, output_hidden_states=True)
+        h.remove()
+        new = out.hidden_states[1][0].double()
+        u = new / new.norm(dim=-1, keepdim=True)
+        v = real / real.norm(dim=-1, keepdim=True)
+        ref[:, j] = (0.5 * ((u - v) ** 2).sum(-1)).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-7)
+
+
+def test_fused_layers_and_the_causal_row_match_the_hf_model(new_family):
+    """The adversarial search's fused forward (FusedLayer.full; CausalRow on the causal Gemma) with the
+    model's own attention left in place reproduces the HF model's hidden states."""
+    from attnviz.models.forward import final_norm, rope_for
+    from attnviz.models.fused import CausalRow, FusedLayer
+    lm = new_family
+    _, out = _hf(lm)
+    hs = out.hidden_states
+    layers = [FusedLayer(w) for w in lm.arch.layers]
+    rope = rope_for(lm.arch, hs[0])
+    L = len(layers)
+    with torch.no_grad():
+        for l, f in enumerate(layers):
+            y = f.full(hs[l], 0, rope)
+            ref = hs[l + 1]
+            if l == L - 1 and lm.arch.final_norm is not None:
+                y = final_norm(lm.arch, y)
+            torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+            n = hs[l].shape[1]
+            row = f.rows(hs[l], n - 2, rope)  # one row, keys and values from every row
+            torch.testing.assert_close(final_norm(lm.arch, row) if l == L - 1 and lm.arch.final_norm is not None
+                                       else row, ref[:, n - 2:n - 1], rtol=1e-5, atol=1e-5)
+        if lm.arch.causal:
+            cr = CausalRow(layers, hs[1], 1, rope)
+            n = hs[1].shape[1]
+            heads = list(range(lm.arch.layers[1].n_heads))
+            alpha = out.attentions[1][:, :, n - 1]  # the model's own row: nothing changes
+            got = cr({1: (heads, alpha)}, 1)
+            torch.testing.assert_close(final_norm(lm.arch, got), hs[-1][:, n - 1:], rtol=1e-5, atol=1e-5)

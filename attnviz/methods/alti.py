@@ -34,7 +34,7 @@ import torch
 from .. import linear
 from . import attn_res_ln
 from .info import MethodInfo
-from .base import Completeness, Map, chain, per_layer, row_normalise
+from .base import Completeness, Map, attn_vectors, chain, per_layer, row_normalise
 
 
 def layer_contributions(trace, l: int):
@@ -60,11 +60,11 @@ def layer_scores(trace, l: int):
     only; a source no head attends to, j != i, has T_i(x_j) = 0 and contributes exactly 0)."""
     r = trace.layers[l]
     w = trace.weights[l]
-    a, fx, x = r.probs.double(), trace.fx[l].double(), r.resid_in.double()
+    a, fx, rem = attn_vectors(trace, l)  # α and f(x), or with the attention output's norm applied linearly
+    x = r.resid_in.double()
     n, d = x.shape
     post = trace.placement == "post"
     zsum = torch.einsum("hij,hjd->id", a, fx) + x  # Σ_j z_ij
-    rem = (x.new_zeros(d) if w.bo is None else w.bo.double()).expand(n, -1)
     if post:
         s = attn_res_ln.ln_scale(trace, l)
         zsum, rem = linear.distribute_norm(zsum, rem, w.norm1, r.resid_attn.double())

@@ -34,7 +34,7 @@ import torch
 from .. import linear
 from ..linear import RULES  # noqa: F401 - re-exported
 from . import attn_res_ln
-from .base import Completeness, Map
+from .base import Completeness, Map, attn_vectors
 from .info import MethodInfo, Option
 
 DEFAULT_STEPS = 32
@@ -119,11 +119,11 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
     nrm = w.norm1 if w.placement == "post" else w.norm2
     s = linear.norm_scale(r.resid_attn.double(), nrm)  # [n]
     x = r.resid_in.double()
-    a64, fx64 = r.probs.double(), trace.fx[l].double()
+    # α and f(x), or (Gemma 3) with the attention output's norm applied linearly: α / s_i, γ ⊙ f(x)
+    a64, fx64, bo = attn_vectors(trace, l)
     zsum = torch.einsum("hij,hjd->id", a64, fx64) + x  # Σ_j z_ij
-    bo = x.new_zeros(x.shape[-1]) if w.bo is None else w.bo.double()
     usum = linear.distribute(zsum, nrm, s).to(cd)
-    ur = linear.distribute(bo.expand_as(x), nrm, s)
+    ur = linear.distribute(bo, nrm, s)
     if nrm.bias is not None:
         ur = ur + nrm.bias.double()
     ur = ur.to(cd)
@@ -142,9 +142,14 @@ def _setup(trace, l: int, steps: int, rule: str) -> dict:
     xg = linear.transform(x, nrm).to(cd)  # [n, d]
     # the receiver's factor 1/s_i ⊙ ∫... folded into one [n, I] coefficient per first matrix
     coef = [(cm.double() / s.reshape(-1, 1)).to(cd) for cm in coef]
-    return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=r.probs.to(cd),
-                P=P, X=[xg @ M for M in mats], coef=coef, W2=w.w2,
-                rF=_lin(base, w.w2, w.b2).double(), bo=bo, I=w.w1.shape[1], gated=gated)
+    rF = _lin(base, w.w2, w.b2).double()
+    sF = None
+    if w.ffn_out_norm is not None:  # Gemma 3: the FFN's parts through its output norm, real statistics
+        sF = linear.norm_scale(r.ffn_raw.double(), w.ffn_out_norm)
+        rF = linear.distribute(rF, w.ffn_out_norm, sF)
+    return dict(w=w, r=r, nrm=nrm, s=s, a64=a64, fx64=fx64, x=x, cd=cd, alpha=a64.to(cd),
+                P=P, X=[xg @ M for M in mats], coef=coef, W2=w.w2, sF=sF,
+                rF=rF, bo=bo, I=w.w1.shape[1], gated=gated)
 
 
 _FACTOR_VALUES = None  # None: choose by cost; True / False: force (tests run both)
@@ -163,7 +168,10 @@ def _first_products(w, r, fx64, nrm, mats, cd) -> list:
     v = r.v.to(cd)  # [Hkv, n, dh] (value bias included)
     if H != w.n_kv_heads:
         v = v.repeat_interleave(H // w.n_kv_heads, dim=0)
-    wo = linear.transform(w.wo.double(), nrm).to(cd).reshape(H, w.head_dim, d)
+    wo = w.wo.double()
+    if w.attn_out_norm is not None:  # f' = γ ⊙ f(x): the attention output norm's γ on W_O's columns
+        wo = linear.transform(wo, w.attn_out_norm)
+    wo = linear.transform(wo, nrm).to(cd).reshape(H, w.head_dim, d)
     return [torch.bmm(v, wo @ M) for M in mats]
 
 
@@ -181,7 +189,10 @@ def _ffn_chunk(st: dict, sl: slice, cols: int) -> torch.Tensor:
         uw[idx - sl.start, idx] += Xm[sl]
         uw.mul_(cm[sl, None])
         h = uw if h is None else h.add_(uw)
-    return (h @ st["W2"]).double()
+    F = (h @ st["W2"]).double()
+    if st["sF"] is not None:
+        F = linear.distribute(F, st["w"].ffn_out_norm, st["sF"][sl])
+    return F
 
 
 def _real_out(trace, l: int, w) -> torch.Tensor:

@@ -9,11 +9,11 @@ import numpy as np
 
 from . import mixing
 from .info import MethodInfo
-from .base import Map, summed_norms
+from .base import Map, attn_res_norms
 
 
 def compute(trace, *, progress=None) -> Map:
-    layer = [summed_norms(r.probs, fx, diag_add=r.resid_in) for r, fx in zip(trace.layers, trace.fx)]
+    layer = [attn_res_norms(trace, l) for l in range(trace.n_layers)]
     return Map("attn_res", np.stack(layer), None, {"rows_sum_to_one": False})
 
 

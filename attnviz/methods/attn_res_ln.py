@@ -15,7 +15,7 @@ import torch
 from .. import linear
 from . import mixing
 from .info import MethodInfo
-from .base import Map, summed_norms
+from .base import Map, attn_res_norms, attn_vectors, summed_norms
 
 
 def ln_scale(trace, l: int) -> torch.Tensor:
@@ -25,7 +25,7 @@ def ln_scale(trace, l: int) -> torch.Tensor:
 
 def compute(trace, *, progress=None) -> Map:
     if trace.placement != "post":
-        layer = [summed_norms(r.probs, fx, diag_add=r.resid_in) for r, fx in zip(trace.layers, trace.fx)]
+        layer = [attn_res_norms(trace, l) for l in range(trace.n_layers)]
         return Map("attn_res_ln", np.stack(layer), None, {"rows_sum_to_one": False, "note": "pre-LN: equals attn_res"})
     layer = []
     for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
@@ -53,14 +53,12 @@ def parts(trace, l: int):
     """
     r = trace.layers[l]
     w = trace.weights[l]
-    a = r.probs.double()
-    fx = trace.fx[l].double()
+    a, fx, bo = attn_vectors(trace, l)
     z = torch.einsum("hij,hjd->ijd", a, fx)
     n = z.shape[0]
     idx = torch.arange(n, device=z.device)
     z[idx, idx] += r.resid_in.double()
-    bo = z.new_zeros(z.shape[-1]) if w.bo is None else w.bo.double()
-    rem = bo.expand(n, -1).clone()
+    rem = bo.clone()
     if trace.placement != "post":
         return z, rem
     return linear.distribute_norm(z, rem, w.norm1, r.resid_attn.double())

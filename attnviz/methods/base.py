@@ -86,6 +86,39 @@ def chain(C, device=None) -> np.ndarray:
     return out
 
 
+def attn_vectors(trace, l: int):
+    """Layer l (0-based) -> (a [H, n, n], fx [H, n, d], bo [n, d]) float64 with Σ_j Σ_h a[h,i,j] fx[h,j]
+    + bo[i] = the attention block's output as it joins the residual stream (attn_out).
+
+    Most families: a = the model's attention α, fx = f^h(x_j) = v^h_j W_O^h, bo = b_O. Layers with a norm
+    on the attention block's output (Gemma 3's post_attention_layernorm, an RMSNorm) apply it linearly
+    with the real statistics, as ATTNRESLN does with LN1: fx = γ ⊙ f^h(x_j), a = α / s_i and bo = γ ⊙ b_O / s_i,
+    with s_i = sqrt(mean(attn_raw_i²) + eps) of the real pre-norm output. `a` then carries the receiver's
+    factor 1/s_i: use it for vectors, the model's attention (trace.layers[l].probs) for weights."""
+    r, w = trace.layers[l], trace.weights[l]
+    a, fx = r.probs.double(), trace.fx[l].double()
+    n, d = r.resid_in.shape
+    bo = (a.new_zeros(d) if w.bo is None else w.bo.double()).expand(n, -1)
+    if w.attn_out_norm is None:
+        return a, fx, bo
+    from ..linear import norm_scale, transform
+    s = norm_scale(r.attn_raw.double(), w.attn_out_norm)  # [n]
+    return a / s.reshape(1, -1, 1), transform(fx, w.attn_out_norm), transform(bo, w.attn_out_norm) / s.reshape(-1, 1)
+
+
+def attn_res_norms(trace, l: int) -> np.ndarray:
+    """Layer l -> [n, n] ||z_ij|| with z_ij = Σ_h a f^h(x_j) + δ_ij x_i, the attention block's part of
+    source j plus the residual (attn_vectors' a and fx): when a carries 1/s_i, the norm is
+    ||Σ_h α f' + δ_ij s_i x_i|| / s_i."""
+    r = trace.layers[l]
+    a, fx, _ = attn_vectors(trace, l)
+    if trace.weights[l].attn_out_norm is None:
+        return summed_norms(a, fx, diag_add=r.resid_in)
+    from ..linear import norm_scale
+    s = norm_scale(r.attn_raw.double(), trace.weights[l].attn_out_norm)
+    return summed_norms(r.probs, fx, diag_add=r.resid_in.double() * s.reshape(-1, 1), row_scale=s)
+
+
 def per_layer(trace, fn, progress=None) -> list:
     """[fn(trace, l) for every layer l], reporting progress(l / L) before each."""
     L = trace.n_layers

@@ -167,8 +167,9 @@ def layer_step(trace, l: int, E, pairs: Pairs = None):
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
     probs = r.probs
     if E is None:
-        A = pairs.pack(torch.einsum("hik,hkd->ikd", probs, trace.fx[l]))
-        A[pairs.rows == pairs.cols] += x
+        att = pairs.pack(torch.einsum("hik,hkd->ikd", probs, trace.fx[l]))
+        res = torch.zeros_like(att)
+        res[pairs.rows == pairs.cols] = x
         bias = w.bo
     else:
         src = E if w.placement == "post" else distribute_norm(E, w.norm1, x, pairs)
@@ -176,16 +177,25 @@ def layer_step(trace, l: int, E, pairs: Pairs = None):
         if H != Hkv:
             V = V.repeat_interleave(H // Hkv, dim=2)
         ctx = pairs.pack(torch.einsum("hij,jkhc->ikhc", probs, V).reshape(n, n, H * dh))
-        A = ctx @ w.wo + E
+        att, res = ctx @ w.wo, E
         bias = _value_bias_out(w)
-    if bias is not None:
-        A = absdot(A, bias, pairs)
+    if w.attn_out_norm is None:
+        A = att + res
+        if bias is not None:
+            A = absdot(A, bias, pairs)
+    else:  # Gemma 3: the attention parts (bias shared out) through the output norm, then the residual
+        if bias is not None:
+            att = absdot(att, bias, pairs)
+        A = distribute_norm(att, w.attn_out_norm, r.attn_raw, pairs) + res
     if w.placement == "post":
         P = distribute_norm(A, w.norm1, r.resid_attn, pairs)
         R2 = P + ffn_parts(w, P, r.ffn_in, pairs)
         return distribute_norm(R2, w.norm2, r.resid_ffn, pairs)
     U = distribute_norm(A, w.norm2, r.resid_attn, pairs)
-    return A + ffn_parts(w, U, r.ffn_in, pairs)
+    F = ffn_parts(w, U, r.ffn_in, pairs)
+    if w.ffn_out_norm is not None:  # Gemma 3: the FFN parts through the FFN's output norm
+        F = distribute_norm(F, w.ffn_out_norm, r.ffn_raw, pairs)
+    return A + F
 
 
 def decompose(trace, progress=None):

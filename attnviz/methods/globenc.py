@@ -28,7 +28,7 @@ import numpy as np
 from .. import linear
 from . import attn_res_ln
 from .info import MethodInfo
-from .base import Map, per_layer, summed_norms
+from .base import Map, attn_res_norms, per_layer, summed_norms
 
 
 def layer_norms(trace, l: int) -> np.ndarray:
@@ -39,7 +39,7 @@ def layer_norms(trace, l: int) -> np.ndarray:
     Pre-LN: ||z_ij||."""
     r = trace.layers[l]
     if trace.placement != "post":
-        return summed_norms(r.probs, trace.fx[l], diag_add=r.resid_in)
+        return attn_res_norms(trace, l)
     w = trace.weights[l]
 
     def g(v):

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..linear import distribute, norm_scale
+from .base import attn_vectors
 
 
 def attention_block(trace) -> dict:
@@ -32,12 +33,11 @@ def _attention_block(trace) -> dict:
     post = trace.placement == "post"
     if post:
         out.update(mix_ln=[], pres_res_ln=[])
-    for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
-        a = r.probs.double()
-        fx = fx.double()
+    for l, r in enumerate(trace.layers):
+        a, fx, _ = attn_vectors(trace, l)  # α and f(x), or with the attention output's norm applied linearly
         n = a.shape[-1]
         idx = torch.arange(n, device=a.device)
-        out["self_weight"].append(a.mean(0)[idx, idx].cpu().numpy())
+        out["self_weight"].append(r.probs.double().mean(0)[idx, idx].cpu().numpy())
         total = torch.einsum("hij,hjd->id", a, fx)  # Σ_j Σ_h α f (no b_O)
         pres_attn = torch.einsum("hi,hid->id", a[:, idx, idx], fx)
         mix = total - pres_attn

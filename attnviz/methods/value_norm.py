@@ -9,15 +9,15 @@ import torch
 
 from . import mixing
 from .info import MethodInfo
-from .base import Map, summed_norms
+from .base import Map, attn_vectors, summed_norms
 
 
 def compute(trace, *, progress=None) -> Map:
     H, n, _ = trace.layers[0].probs.shape
     heads, layer = np.empty((trace.n_layers, H, n, n)), np.empty((trace.n_layers, n, n))
-    for l, (r, fx) in enumerate(zip(trace.layers, trace.fx)):
-        a = r.probs.double()
-        torch.from_numpy(heads[l]).copy_(a * fx.double().norm(dim=-1)[:, None, :])
+    for l in range(trace.n_layers):
+        a, fx, _ = attn_vectors(trace, l)  # the model's α and f(x), or with an output norm applied linearly
+        torch.from_numpy(heads[l]).copy_((a * fx.norm(dim=-1)[:, None, :]).cpu())
         layer[l] = summed_norms(a, fx)
     return Map("value_norm", layer, heads, {"rows_sum_to_one": False})
 

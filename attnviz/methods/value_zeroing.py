@@ -48,7 +48,8 @@ def layer_scores(trace, l: int) -> np.ndarray:
     """Layer l (0-based) -> [n, n] cosine distances (row i receiver, column j zeroed source), not normalised."""
     w = trace.weights[l]
     r = trace.layers[l]
-    x, attn_out, out = r.resid_in, r.attn_out, r.resid_out
+    # the output projection's output (before an attention output norm, which after_attention applies)
+    x, attn_out, out = r.resid_in, (r.attn_out if r.attn_raw is None else r.attn_raw), r.resid_out
     probs, fx = r.probs, trace.fx[l]  # [H,n,n], [H,n,d]
     n, d = x.shape
     cd = x.dtype

@@ -54,6 +54,19 @@ class LayerWeights:
     scale: float = 1.0
     rotary: bool = False
     causal: bool = False
+    # Gemma 3: RMSNorms over head_dim on q and k before the rotary embedding (QK-norm)
+    q_norm: Optional[Norm] = None
+    k_norm: Optional[Norm] = None
+    window: Optional[int] = None  # sliding-window attention: row i sees keys j with i - j < window
+    softcap: Optional[float] = None  # attention logits become softcap * tanh(logits / softcap)
+    # Gemma 3's "sandwich" norms: applied to the attention block's / FFN's output before it joins the
+    # residual stream (post_attention_layernorm, post_feedforward_layernorm); norm1 / norm2 stay the
+    # norms before the blocks (input_layernorm, pre_feedforward_layernorm)
+    attn_out_norm: Optional[Norm] = None
+    ffn_out_norm: Optional[Norm] = None
+    rope_key: str = ""  # which of the architecture's rotary tables the layer uses ("" when there is one)
+    # MPNet's relative position bias: (n, device) -> [H, n, n] added to the attention logits
+    score_bias: Optional[Callable] = None
 
     def activation(self) -> Callable[[torch.Tensor], torch.Tensor]:
         return ACT2FN[self.act]
@@ -171,8 +184,59 @@ def _llama_layer(layer, cfg) -> LayerWeights:
     )
 
 
-ENCODERS = ("bert", "roberta", "electra", "distilbert")
-DECODERS = ("gpt2", "llama", "mistral", "qwen2")
+def _gemma_norm(mod) -> Norm:
+    """Gemma's RMSNorm multiplies by (1 + weight): the Norm's weight is that sum (a small copy)."""
+    return Norm("rmsnorm", mod.weight.detach() + 1.0, None, float(mod.eps))
+
+
+def _gemma3_layer(layer, cfg, idx) -> LayerWeights:
+    a = layer.self_attn
+    H = cfg.num_attention_heads
+    Hkv = cfg.num_key_value_heads
+    dh = cfg.head_dim
+    m = layer.mlp
+    kind = cfg.layer_types[idx]
+    return LayerWeights(
+        n_heads=H, n_kv_heads=Hkv, head_dim=dh,
+        wq=_t(a.q_proj), bq=_b(a.q_proj), wk=_t(a.k_proj), bk=_b(a.k_proj),
+        wv=_t(a.v_proj), bv=_b(a.v_proj), wo=_t(a.o_proj), bo=_b(a.o_proj),
+        norm1=_gemma_norm(layer.input_layernorm), norm2=_gemma_norm(layer.pre_feedforward_layernorm),
+        w1=_t(m.up_proj), b1=_b(m.up_proj), w2=_t(m.down_proj), b2=_b(m.down_proj), w_gate=_t(m.gate_proj),
+        act=cfg.hidden_activation, placement="pre", scale=float(cfg.query_pre_attn_scalar) ** -0.5,
+        rotary=True, causal=not getattr(cfg, "use_bidirectional_attention", False),
+        q_norm=_gemma_norm(a.q_norm), k_norm=_gemma_norm(a.k_norm),
+        window=cfg.sliding_window if kind == "sliding_attention" else None,
+        softcap=getattr(cfg, "attn_logit_softcapping", None),
+        attn_out_norm=_gemma_norm(layer.post_attention_layernorm),
+        ffn_out_norm=_gemma_norm(layer.post_feedforward_layernorm), rope_key=kind,
+    )
+
+
+def _mpnet_bias(encoder):
+    """MPNet's relative position bias as (n, device) -> [H, n, n] (the model's own bucketing, shared by
+    every layer)."""
+    def bias(n: int, device) -> torch.Tensor:
+        return encoder.compute_position_bias(torch.empty(1, n, 1, device=device))[0].detach()
+    return bias
+
+
+def _mpnet_layer(layer, cfg, bias) -> LayerWeights:
+    att = layer.attention
+    H = cfg.num_attention_heads
+    dh = cfg.hidden_size // H
+    return LayerWeights(
+        n_heads=H, n_kv_heads=H, head_dim=dh,
+        wq=_t(att.attn.q), bq=_b(att.attn.q), wk=_t(att.attn.k), bk=_b(att.attn.k),
+        wv=_t(att.attn.v), bv=_b(att.attn.v), wo=_t(att.attn.o), bo=_b(att.attn.o),
+        norm1=_ln(att.LayerNorm), norm2=_ln(layer.output.LayerNorm),
+        w1=_t(layer.intermediate.dense), b1=_b(layer.intermediate.dense),
+        w2=_t(layer.output.dense), b2=_b(layer.output.dense),
+        act=cfg.hidden_act, placement="post", scale=dh ** -0.5, score_bias=bias,
+    )
+
+
+ENCODERS = ("bert", "roberta", "electra", "distilbert", "mpnet")
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "gemma3_text")
 SUPPORTED = ENCODERS + DECODERS
 
 
@@ -188,7 +252,12 @@ def _head(model, family: str):
             return (lambda h: model.generator_lm_head(model.generator_predictions(h))), "token"
         if family == "distilbert":
             return (lambda h: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(h))))), "token"
+        if family == "mpnet":
+            return model.lm_head, "token"
     if name.endswith("LMHeadModel") or name.endswith("ForCausalLM"):
+        cap = getattr(model.config, "final_logit_softcapping", None)
+        if cap:
+            return (lambda h: torch.tanh(model.lm_head(h) / cap) * cap), "token"
         return model.lm_head, "token"
     if name.endswith("ForSequenceClassification"):
         if family == "bert":
@@ -223,6 +292,24 @@ def read_architecture(model) -> Architecture:
     if family == "distilbert":
         layers = [_distilbert_layer(l, cfg) for l in base.transformer.layer]
         return Architecture(family, layers, "post", False, head=head, head_kind=head_kind)
+    if family == "mpnet":
+        bias = _mpnet_bias(base.encoder)
+        layers = [_mpnet_layer(l, cfg, bias) for l in base.encoder.layer]
+        notes.append("MPNet adds a relative position bias (shared by all layers) to the attention logits; "
+                     "the maps start from the attention it gives")
+        return Architecture(family, layers, "post", False, head=head, head_kind=head_kind, notes=notes)
+    if family == "gemma3_text":
+        layers = [_gemma3_layer(l, cfg, i) for i, l in enumerate(base.layers)]
+        rot = base.rotary_emb
+        kinds = sorted(set(cfg.layer_types))
+        windows = sorted({w.window for w in layers if w.window})
+        if windows:
+            notes.append(f"{sum(1 for w in layers if w.window)} of {len(layers)} layers attend within a sliding window "
+                         f"of {windows[0]} tokens (applied)")
+        return Architecture(family, layers, "pre", not getattr(cfg, "use_bidirectional_attention", False),
+                            final_norm=_gemma_norm(base.norm),
+                            rotary=lambda x, pos: {k: rot(x, pos, k) for k in kinds},
+                            head=head, head_kind=head_kind, notes=notes)
     if family == "gpt2":
         layers = [_gpt2_layer(b, cfg, i) for i, b in enumerate(base.h)]
         return Architecture(family, layers, "pre", True, final_norm=_ln(base.ln_f), head=head, head_kind=head_kind)
@@ -233,3 +320,4 @@ def read_architecture(model) -> Architecture:
     rot = base.rotary_emb
     return Architecture(family, layers, "pre", True, final_norm=_ln(base.norm, "rmsnorm"),
                         rotary=lambda x, pos: rot(x, pos), head=head, head_kind=head_kind, notes=notes)
+

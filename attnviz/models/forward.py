@@ -2,7 +2,9 @@
 
 Shapes: x [B, n, d]; attention probabilities [B, H, n, n]; row i receives, column j is the source.
 Post-LN (BERT family) and pre-LN (GPT-2, Llama) placement, LayerNorm and RMSNorm, rotary position
-embeddings and grouped-query attention are data in LayerWeights, not separate code paths.
+embeddings and grouped-query attention are data in LayerWeights, not separate code paths; so are
+Gemma 3's QK-norm, sliding windows, several rotary tables and output norms on both blocks, and
+MPNet's relative position bias.
 Pure functions: no hooks, nothing written to the model, safe to call from many threads.
 """
 from __future__ import annotations
@@ -93,9 +95,14 @@ class LayerState:
         resid_ffn  = resid_mid + ffn_out                       (the sum, before any norm)
         resid_out  = norm2(resid_ffn) post-LN, resid_ffn pre-LN    (the layer output)
 
-    q, k [H or Hkv, n, dh] after rotary embeddings; v [Hkv, n, dh] with b_V; probs [H, n, n];
+    q, k [H or Hkv, n, dh] after QK-norm and rotary embeddings; v [Hkv, n, dh] with b_V; probs [H, n, n];
     ffn_pre / ffn_gate_pre / ffn_hidden [n, I] (ffn_gate_pre is None without a gate). after_attention
     alone leaves the attention fields (attn_in, q, k, v, probs) None.
+
+    Layers with output norms on their blocks (Gemma 3: attn_out_norm, ffn_out_norm) also keep the
+    blocks' outputs before those norms: attn_raw (the output projection's output incl. b_O) with
+    attn_out = attn_out_norm(attn_raw), and ffn_raw with ffn_out = ffn_out_norm(ffn_raw); both None
+    for the other families (attn_out and ffn_out are then the blocks' outputs themselves).
     """
 
     resid_in: torch.Tensor
@@ -114,6 +121,8 @@ class LayerState:
     k: Optional[torch.Tensor] = None
     v: Optional[torch.Tensor] = None
     probs: Optional[torch.Tensor] = None
+    attn_raw: Optional[torch.Tensor] = None
+    ffn_raw: Optional[torch.Tensor] = None
 
     def first(self) -> "LayerState":
         """The same layer for batch element 0 (the batch dimension removed)."""
@@ -121,13 +130,71 @@ class LayerState:
                              for f in fields(self)})
 
 
+def layer_rope(rope, w: LayerWeights):
+    """The (cos, sin) a layer uses: rope itself, or rope[w.rope_key] when the architecture has several
+    tables (Gemma 3: one per layer type, global and sliding-window layers rotate differently)."""
+    return rope[w.rope_key] if isinstance(rope, dict) else rope
+
+
+def rope_slice(rope, sl):
+    """rope ((cos, sin) [B, n, dh], or a dict of them) restricted to the positions sl."""
+    if rope is None:
+        return None
+    if isinstance(rope, dict):
+        return {k: rope_slice(v, sl) for k, v in rope.items()}
+    return rope[0][:, sl], rope[1][:, sl]
+
+
+def forbidden(w: LayerWeights, rows, n: int, device) -> Optional[torch.Tensor]:
+    """[r, n] bool, True where query row i (positions `rows`: a range or 1-D tensor) may not see key j:
+    j > i on causal layers, i - j >= window on sliding-window layers; None when nothing is forbidden."""
+    if isinstance(rows, range):
+        if not ((w.causal and rows.start < n - 1) or (w.window and rows.stop - 1 >= w.window)):
+            return None  # e.g. the last row of a causal layer shorter than its window: nothing to hide
+        i = torch.arange(rows.start, rows.stop, device=device).reshape(-1, 1)
+    elif not w.causal and not w.window:
+        return None
+    else:
+        i = torch.as_tensor(rows, device=device).reshape(-1, 1)
+    j = torch.arange(n, device=device).reshape(1, -1)
+    bad = torch.zeros(i.shape[0], n, dtype=torch.bool, device=device)
+    if w.causal:
+        bad = bad | (j > i)
+    if w.window:
+        bad = bad | (i - j >= w.window)
+    return bad
+
+
+def logits_adjust(w: LayerWeights, scores: torch.Tensor, rows=None) -> torch.Tensor:
+    """scaled attention logits [..., r, n] -> with the layer's softcap and position bias (MPNet), before
+    any mask; rows: the query positions of the r rows (default all n)."""
+    if w.softcap:
+        scores = torch.tanh(scores / w.softcap) * w.softcap
+    if w.score_bias is not None:
+        n = scores.shape[-1]
+        b = w.score_bias(n, scores.device).to(scores.dtype)  # [H, n, n]
+        if rows is not None:
+            b = b[:, rows]
+        scores = scores + b
+    return scores
+
+
+def qk_normed(w: LayerWeights, q: torch.Tensor, k: torch.Tensor):
+    """q, k [..., dh] -> after the layer's QK-norm (Gemma 3), unchanged without one."""
+    if w.q_norm is not None:
+        q = apply_norm(q, cast_norm(w.q_norm, q.dtype))
+    if w.k_norm is not None:
+        k = apply_norm(k, cast_norm(w.k_norm, k.dtype))
+    return q, k
+
+
 def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override: Override = None,
                   attn_mask: Optional[torch.Tensor] = None) -> LayerState:
     """x [B, n, d] -> LayerState of the layer (batched); resid_out [B, n, d] is the layer output.
 
     attn_override: a tensor [B or 1, H, n, n] that replaces the attention probabilities, or a
-    callable probs -> probs. rope: (cos, sin) [B, n, dh] for rotary models. attn_mask: additive
-    mask broadcastable to [B, H, n, n] (e.g. -inf for padded keys).
+    callable probs -> probs. rope: (cos, sin) [B, n, dh] for rotary models (or rope_for's dict of
+    them). attn_mask: additive mask broadcastable to [B, H, n, n] (e.g. -inf for padded keys).
     """
     B, n, d = x.shape
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
@@ -135,17 +202,18 @@ def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override:
     q = _linear(h, w.wq, w.bq).view(B, n, H, dh).transpose(1, 2)
     k = _linear(h, w.wk, w.bk).view(B, n, Hkv, dh).transpose(1, 2)
     v = _linear(h, w.wv, w.bv).view(B, n, Hkv, dh).transpose(1, 2)
+    q, k = qk_normed(w, q, k)
     if w.rotary:
-        cos, sin = rope
+        cos, sin = layer_rope(rope, w)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     rep = H // Hkv
     k_full = k.repeat_interleave(rep, dim=1) if rep > 1 else k
     v_full = v.repeat_interleave(rep, dim=1) if rep > 1 else v
-    scores = (q @ k_full.transpose(-1, -2)) * w.scale
-    if w.causal:
-        causal = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
-        scores = scores.masked_fill(causal, float("-inf"))
+    scores = logits_adjust(w, (q @ k_full.transpose(-1, -2)) * w.scale)
+    bad = forbidden(w, range(n), n, x.device)
+    if bad is not None:
+        scores = scores.masked_fill(bad, float("-inf"))
     if attn_mask is not None:
         scores = scores + attn_mask
     probs = torch.softmax(scores, dim=-1)
@@ -157,8 +225,12 @@ def layer_forward(w: LayerWeights, x: torch.Tensor, *, rope=None, attn_override:
 
 
 def after_attention(w: LayerWeights, x: torch.Tensor, attn_out: torch.Tensor) -> LayerState:
-    """The rest of the layer from the attention output: x (the layer input), attn_out [B, n, d] ->
+    """The rest of the layer from the attention output: x (the layer input), attn_out [B, n, d] (the
+    output projection's output incl. b_O; the layer's attn_out_norm, if any, is applied here) ->
     LayerState with the attention fields left None."""
+    attn_raw = None
+    if w.attn_out_norm is not None:
+        attn_raw, attn_out = attn_out, apply_norm(attn_out, cast_norm(w.attn_out_norm, attn_out.dtype))
     resid = x + attn_out
     if w.placement == "post":
         mid = apply_norm(resid, w.norm1)
@@ -175,19 +247,27 @@ def after_attention(w: LayerWeights, x: torch.Tensor, attn_out: torch.Tensor) ->
         gate_pre = None
         hidden = act(pre)
     ffn_out = _linear(hidden, w.w2, w.b2)
+    ffn_raw = None
+    if w.ffn_out_norm is not None:
+        ffn_raw, ffn_out = ffn_out, apply_norm(ffn_out, cast_norm(w.ffn_out_norm, ffn_out.dtype))
     resid2 = mid + ffn_out
     out = apply_norm(resid2, w.norm2) if w.placement == "post" else resid2
     return LayerState(resid_in=x, attn_out=attn_out, resid_attn=resid, resid_mid=mid, ffn_in=ffn_in, ffn_pre=pre,
-                      ffn_gate_pre=gate_pre, ffn_hidden=hidden, ffn_out=ffn_out, resid_ffn=resid2, resid_out=out)
+                      ffn_gate_pre=gate_pre, ffn_hidden=hidden, ffn_out=ffn_out, resid_ffn=resid2, resid_out=out,
+                      attn_raw=attn_raw, ffn_raw=ffn_raw)
 
 
 def rope_for(arch: Architecture, x: torch.Tensor):
-    """(cos, sin) [B, n, dh] for rotary architectures, else None."""
+    """(cos, sin) [B, n, dh] for rotary architectures (a dict {rope_key: (cos, sin)} when the layers use
+    several tables), else None."""
     if arch.rotary is None:
         return None
     B, n, _ = x.shape
     pos = torch.arange(n, device=x.device).unsqueeze(0).expand(B, n)
-    cos, sin = arch.rotary(x, pos)
+    got = arch.rotary(x, pos)
+    if isinstance(got, dict):
+        return {k: (c.to(x.dtype), s.to(x.dtype)) for k, (c, s) in got.items()}
+    cos, sin = got
     return cos.to(x.dtype), sin.to(x.dtype)
 
 

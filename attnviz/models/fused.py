@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .families import LayerWeights
-from .forward import apply_rope, fused_norm
+from .forward import apply_rope, cast_norm, forbidden, fused_norm, layer_rope, logits_adjust, rope_slice
 
 
 def _t(w: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -66,17 +66,27 @@ class FusedLayer:
         q = qkv[..., :self.Dq].reshape(B, r, self.H, self.dh).transpose(1, 2)
         k = qkv[..., self.Dq:self.Dq + self.Dkv].reshape(B, r, self.Hkv, self.dh).transpose(1, 2)
         v = qkv[..., self.Dq + self.Dkv:].reshape(B, r, self.Hkv, self.dh).transpose(1, 2)
+        if self.w.q_norm is not None:
+            q = fused_norm(q, cast_norm(self.w.q_norm, q.dtype))
+        if self.w.k_norm is not None:
+            k = fused_norm(k, cast_norm(self.w.k_norm, k.dtype))
         if self.w.rotary:
+            cos_sin = layer_rope(cos_sin, self.w)
             cos, sin = cos_sin[0].unsqueeze(1), cos_sin[1].unsqueeze(1)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v
 
-    def probs(self, q: torch.Tensor, k: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """q [B, H, r, dh], k [B, Hkv, n, dh] -> attention probabilities [B, H, r, n]; grouped-query
-        heads share their key head without copying it. mask [r, n] bool: True where forbidden."""
+    def probs(self, q: torch.Tensor, k: torch.Tensor, rows=None) -> torch.Tensor:
+        """q [B, H, r, dh] of the query positions `rows` (a range, default 0..r-1), k [B, Hkv, n, dh] ->
+        attention probabilities [B, H, r, n] with the layer's causal / sliding-window mask, softcap and
+        position bias; grouped-query heads share their key head without copying it."""
         B, _, r, dh = q.shape
+        n = k.shape[-2]
+        rows = range(r) if rows is None else rows
         qg = q.reshape(B, self.Hkv, self.rep * r, dh)
         scores = (qg @ k.transpose(-1, -2)).reshape(B, self.H, r, -1) * self.w.scale
+        scores = logits_adjust(self.w, scores, None if r == n else slice(rows.start, rows.stop))
+        mask = forbidden(self.w, rows, n, q.device)
         if mask is not None:
             scores = scores.masked_fill(mask, float("-inf"))
         return torch.softmax(scores, dim=-1)
@@ -91,14 +101,20 @@ class FusedLayer:
         """forward.after_attention's "out" from the layer input x [B, r, d] and the attention
         context ctx [B, r, H·dh] (the output projection applied here)."""
         w = self.w
-        resid = x + F.linear(ctx, self.wo, w.bo)
+        a = F.linear(ctx, self.wo, w.bo)
+        if w.attn_out_norm is not None:
+            a = fused_norm(a, cast_norm(w.attn_out_norm, a.dtype))
+        resid = x + a
         if w.placement == "post":
             mid = ffn_in = fused_norm(resid, w.norm1)
         else:
             mid, ffn_in = resid, fused_norm(resid, w.norm2)
         pre = F.linear(ffn_in, self.w1, w.b1)
         hidden = self.act(F.linear(ffn_in, self.wg)) * pre if self.wg is not None else self.act(pre)
-        out = mid + F.linear(hidden, self.w2, w.b2)
+        f = F.linear(hidden, self.w2, w.b2)
+        if w.ffn_out_norm is not None:
+            f = fused_norm(f, cast_norm(w.ffn_out_norm, f.dtype))
+        out = mid + f
         return fused_norm(out, w.norm2) if w.placement == "post" else out
 
     @staticmethod
@@ -115,10 +131,8 @@ class FusedLayer:
     def full(self, x: torch.Tensor, t: int, rope=None, override=None, qkv=None) -> torch.Tensor:
         """x [B, n, d] -> layer output [B, n, d] (every row); override replaces row t of its heads;
         qkv: precomputed self.qkv(x)."""
-        n = x.shape[1]
         q, k, v = self.split(self.qkv(x) if qkv is None else qkv, rope)
-        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1) if self.w.causal else None
-        p = self._override(self.probs(q, k, mask), t, override)
+        p = self._override(self.probs(q, k), t, override)
         return self.after(x, self.context(p, v))
 
     def rows(self, x: torch.Tensor, t: int, rope=None, override=None, kv=None) -> torch.Tensor:
@@ -126,15 +140,14 @@ class FusedLayer:
         larger); keys and values of every row from x, or kv = (k, v) [B, Hkv, n, dh] given."""
         B, n, _ = x.shape
         xr = x[:, t:t + 1]
-        rt = None if rope is None else (rope[0][:, t:t + 1], rope[1][:, t:t + 1])
+        rt = rope_slice(rope, slice(t, t + 1))
         if kv is None:
             _, k, v = self.split(self.qkv(x), rope)
             q = self.split(self.qkv(xr), rt)[0]
         else:
             k, v = kv
             q = self.split(self.qkv(xr), rt)[0]
-        mask = (torch.arange(n, device=x.device) > t).unsqueeze(0) if self.w.causal and t + 1 < n else None
-        p = self._override(self.probs(q, k, mask), 0, override)
+        p = self._override(self.probs(q, k, range(t, t + 1)), 0, override)
         return self.after(xr, self.context(p, v))
 
 
@@ -155,13 +168,12 @@ class CausalRow:
         self._vh = {}
         n = x.shape[1]
         self.t = t = n - 1
-        self.rope_t = None if rope is None else (rope[0][:, t:], rope[1][:, t:])
-        self.rope_o = None if rope is None else (rope[0][:, :t], rope[1][:, :t])
+        self.rope_t = rope_slice(rope, slice(t, None))
+        self.rope_o = rope_slice(rope, slice(None, t))
         with torch.no_grad():
             fz = layers[start]
             q, k, v = fz.split(fz.qkv(x), rope)
-            mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
-            p = fz.probs(q, k, mask)
+            p = fz.probs(q, k)
             self.v_start = v  # [1, Hkv, n, dh]
             self.ctx_start = (p[:, :, t:].reshape(1, fz.Hkv, fz.rep, n) @ v).reshape(1, fz.H, fz.dh)
             self.x_start = x[:, t:]  # [1, 1, d]
@@ -171,7 +183,7 @@ class CausalRow:
                 fl = layers[li]
                 q, k, v = fl.split(fl.qkv(out), rope)
                 self.kv_other[li] = (k[:, :, :t], v[:, :, :t])
-                out = fl.after(out, fl.context(fl.probs(q, k, mask), v))
+                out = fl.after(out, fl.context(fl.probs(q, k), v))
             self.out_unmodified = out[:, t:]  # [1, 1, d] last layer's output at t (before any final norm)
 
     def __call__(self, groups: dict, batch: int) -> torch.Tensor:
@@ -191,6 +203,6 @@ class CausalRow:
             B = q.shape[0]
             k = torch.cat([k_o.expand(B, -1, -1, -1), k_t], dim=2)
             v = torch.cat([v_o.expand(B, -1, -1, -1), v_t], dim=2)
-            p = FusedLayer._override(fl.probs(q, k), 0, groups.get(li))
+            p = FusedLayer._override(fl.probs(q, k, range(t, t + 1)), 0, groups.get(li))
             row = fl.after(row, fl.context(p, v))
         return row
