@@ -742,3 +742,46 @@ def test_hub_that_drips_fails_in_one_line(drip_server, tmp_path, mode):
     if mode == "files":
         assert "'config.json'" in line and any(b"/resolve/" in q for q in seen)
     assert not (tmp_path / "a.json").exists()
+
+
+# ---------------------------------------------------------------- 10. builtin: stays inside the assets folder
+@pytest.fixture
+def assets_with_links(tmp_path, tiny_folder, monkeypatch):
+    """ATTNVIZ_ASSETS with models/: 'real' (a copy of the tiny BERT), 'outside' (a link to a model folder
+    elsewhere), 'cfg_link' (a real folder whose config.json links out), 'sub_link' (a folder holding a link to
+    a folder outside), 'inner_link' (a link to 'real', inside the assets folder)."""
+    import shutil
+
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(tiny_folder, elsewhere)
+    models = tmp_path / "assets" / "models"
+    models.mkdir(parents=True)
+    shutil.copytree(tiny_folder, models / "real")
+    (models / "outside").symlink_to(elsewhere, target_is_directory=True)
+    shutil.copytree(tiny_folder, models / "cfg_link")
+    (models / "cfg_link" / "config.json").unlink()
+    (models / "cfg_link" / "config.json").symlink_to(elsewhere / "config.json")
+    shutil.copytree(tiny_folder, models / "sub_link")
+    (models / "sub_link" / "extra").symlink_to(tmp_path, target_is_directory=True)
+    (models / "inner_link").symlink_to(models / "real", target_is_directory=True)
+    monkeypatch.setenv("ATTNVIZ_ASSETS", str(tmp_path / "assets"))
+    return models
+
+
+@pytest.mark.parametrize("name,words", [("outside", "is a link"), ("cfg_link", "config.json' links to"),
+                                        ("sub_link", "extra' links to"), ("inner_link", "is a link")])
+def test_builtin_names_never_follow_links_out_of_the_assets_folder(assets_with_links, name, words):
+    from attnviz.models.load import builtin_names, resolve
+
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model(f"builtin:{name}")
+    msg = str(e.value)
+    assert words in msg and "\n" not in msg and f"built-in model '{name}'" in msg
+    assert resolve("builtin:real") == ("builtin", str((assets_with_links / "real").resolve()))
+    assert "outside" not in builtin_names() and "inner_link" not in builtin_names()
+    assert "real" in builtin_names()
+
+
+def test_builtin_real_folder_still_loads(assets_with_links):
+    lm = attnviz.load_model("builtin:real")
+    assert lm.check.ok and lm.source == str((assets_with_links / "real").resolve())

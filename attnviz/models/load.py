@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import torch
 
 from ..errors import ModelLoadError
-from ..resources import models_dir
+from ..resources import folder_inside, models_dir
 from . import hub
 from .check import SelfCheck, self_check, weights_check
 from .hub import hub_timeout  # noqa: F401 - part of this module's API
@@ -142,7 +142,7 @@ def builtin_names() -> list:
     folder = models_dir()
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
+    return sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file() and not p.is_symlink())
 
 
 def packaged_available(name: str = "minilm") -> bool:
@@ -205,6 +205,10 @@ def resolve(spec) -> tuple:
         if not (path / "config.json").is_file():
             have = ", ".join(builtin_names()) or "none found"
             raise ModelLoadError(f"unknown built-in model '{name}' (available: {have})")
+        try:  # a real folder inside the assets folder, and no link under it leads out
+            path = folder_inside(models_dir(), name)
+        except (ValueError, OSError) as e:
+            raise ModelLoadError(f"the built-in model '{name}' is refused: {e}") from None
         return "builtin", str(path)
     if spec.startswith("pkg:"):
         name = spec.split(":", 1)[1]
