@@ -785,3 +785,58 @@ def test_builtin_names_never_follow_links_out_of_the_assets_folder(assets_with_l
 def test_builtin_real_folder_still_loads(assets_with_links):
     lm = attnviz.load_model("builtin:real")
     assert lm.check.ok and lm.source == str((assets_with_links / "real").resolve())
+
+
+# ---------------------------------------------------------------- 11. model specs: one short line, paths are paths
+@pytest.mark.parametrize("spec", ["A" * 5000, "some\nmodel", "org/model\r\nX-Injected: 1", "builtin:agree\nment",
+                                  "./" + "d/" * 3000 + "m", "a\x00b", "x" * 97])
+def test_model_spec_errors_are_one_short_line(spec, capsys, tmp_path):
+    with pytest.raises(ModelLoadError) as e:
+        attnviz.load_model(spec)
+    msg = str(e.value)
+    assert "\n" not in msg and "\r" not in msg and len(msg) < 400, msg
+    if len(spec) > 100:
+        assert f"({len(spec):,} characters)" in msg
+    rc = main(["analyze", "--model", spec, "--text", SENTENCE, "--out", str(tmp_path / "a.json")])
+    assert rc == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert len(line) < 400
+
+
+def test_an_existing_relative_path_is_a_path_not_a_hub_id(tmp_path, monkeypatch):
+    from attnviz.models.load import resolve
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "smol_renamed.txt").write_bytes(b"GGUF" + bytes(60))  # a GGUF file under another name
+    (tmp_path / "m" / "notes.txt").write_text("not a model")
+    monkeypatch.chdir(tmp_path)
+    assert resolve("m/smol_renamed.txt") == ("gguf", str((tmp_path / "m" / "smol_renamed.txt").resolve()))
+    with pytest.raises(ModelLoadError) as e:
+        resolve("m/notes.txt")
+    assert "is a file but not a GGUF file" in str(e.value) and "m/notes.txt" in str(e.value)
+    assert resolve("m2/model") == ("hub", "m2/model")  # no such path: still a hub id
+
+
+def test_a_served_process_loads_only_the_models_it_offers(monkeypatch, tiny_folder, tmp_path):
+    """ATTNVIZ_SERVE_MODELS (attnviz app --serve): built-in and packaged models, and the specs it lists; any
+    other path is refused before anything is read (the folder below exists and would load)."""
+    from attnviz.models.load import resolve
+
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(tiny_folder, other)
+    monkeypatch.setenv("ATTNVIZ_SERVE_MODELS", json.dumps([str(tiny_folder)]))
+    assert resolve(str(tiny_folder)) == ("folder", str(tiny_folder))
+    for spec in (str(other), "/etc", "someorg/some-model", str(tiny_folder) + "/", "../" + str(other)):
+        with pytest.raises(ModelLoadError) as e:
+            resolve(spec)
+        assert "this server offers only" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ModelLoadError) as e:
+        resolve("builtin:no-such-model")  # built-in names pass the allowlist and are checked as always
+    assert "unknown built-in" in str(e.value)
+    monkeypatch.setenv("ATTNVIZ_SERVE_MODELS", "not json")  # a damaged setting allows the built-in models only
+    with pytest.raises(ModelLoadError):
+        resolve(str(tiny_folder))
+    monkeypatch.delenv("ATTNVIZ_SERVE_MODELS")
+    assert resolve(str(other)) == ("folder", str(other))  # not serving: any folder

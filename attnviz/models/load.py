@@ -25,9 +25,9 @@ from urllib.parse import urlparse
 
 import torch
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, shown
 from ..resources import folder_inside, models_dir
-from . import hub
+from . import allow, hub
 from .check import SelfCheck, self_check, weights_check
 from .hub import hub_timeout  # noqa: F401 - part of this module's API
 from .families import Architecture, UnsupportedArchitecture, read_architecture
@@ -312,10 +312,12 @@ def resolve(spec) -> tuple:
     if not isinstance(spec, str) or not spec.strip():
         raise ModelLoadError("no model given: use 'builtin:agreement', a local folder or a Hugging Face id")
     spec = spec.strip()
+    allow.check(spec)  # a server for a class loads only what it offers
+    name_ = shown(spec)  # the spec as messages show it: one line, at most 100 characters
     if spec.startswith("builtin:"):
         name = spec.split(":", 1)[1]
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name) or ".." in name:
-            raise ModelLoadError(f"'{spec}': a built-in model is given by its name only, like builtin:agreement "
+            raise ModelLoadError(f"'{name_}': a built-in model is given by its name only, like builtin:agreement "
                                  f"(available: {', '.join(builtin_names()) or 'none found'}); give a folder as a plain path")
         path = models_dir() / name
         if not (path / "config.json").is_file():
@@ -334,21 +336,36 @@ def resolve(spec) -> tuple:
             raise ModelLoadError(f"unknown packaged model '{name}' (available: {', '.join(packaged_names())})")
         return _packaged(name)
     path = Path(spec).expanduser()
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no such file
+        is_file = is_dir = False
     if spec.lower().endswith(".gguf"):
-        if not path.is_file():
-            raise ModelLoadError(f"no such GGUF file: '{spec}'")
+        if not is_file:
+            raise ModelLoadError(f"no such GGUF file: '{name_}'")
         return "gguf", str(path.resolve())
-    if path.is_dir():
+    if is_dir:
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"folder '{spec}' has no config.json: it is not a Hugging Face model folder")
+            raise ModelLoadError(f"folder '{name_}' has no config.json: it is not a Hugging Face model folder")
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
-            raise ModelLoadError(f"folder '{spec}' has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])} ...): "
+            raise ModelLoadError(f"folder '{name_}' has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])} ...): "
                                  "save the tokenizer there too (tokenizer.save_pretrained(folder))")
         return "folder", str(path)
+    if is_file:  # a file that exists is a path, whatever its name says: a GGUF file by its first bytes
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            raise ModelLoadError(f"cannot read the file '{name_}': {e.strerror or e}") from None
+        if magic == b"GGUF":
+            return "gguf", str(path.resolve())
+        raise ModelLoadError(f"'{name_}' is a file but not a GGUF file (it does not start with GGUF): give a model "
+                             "folder, a .gguf file or a Hugging Face id")
     if spec.startswith((".", "/", "~")) or os.sep in spec.replace("/", "", 1) or spec.count("/") > 1:
-        raise ModelLoadError(f"no such model folder: '{spec}'")
+        raise ModelLoadError(f"no such model folder: '{name_}'")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?", spec) or len(spec) > 96:
-        raise ModelLoadError(f"'{spec}' is neither a built-in model, a local folder nor a valid Hugging Face id")
+        raise ModelLoadError(f"'{name_}' is neither a built-in model, a local folder, a GGUF file nor a valid "
+                             "Hugging Face id")
     return "hub", spec
 
 
@@ -676,10 +693,11 @@ def load_model(spec, device="cpu") -> LoadedModel:
     dev = resolve_device(device)  # before any loading: a missing GPU is said at once
     kind, source = resolve(spec)
     spec = os.fspath(spec) if isinstance(spec, os.PathLike) else spec.strip()
+    name_ = shown(spec)  # messages name the model in one short line (a hub id is shown whole)
     if kind == "gguf":
-        model, tok, notes = _from_gguf(source, spec)
+        model, tok, notes = _from_gguf(source, name_)
     else:
-        model, tok, notes = _from_pretrained(kind, source, spec)
+        model, tok, notes = _from_pretrained(kind, source, name_)
     lm = wrap(model, tok, spec=spec, source=source, device=dev)
     lm.load_notes.extend(notes)
     return lm
