@@ -1,6 +1,6 @@
 """attnviz: where does a transformer's representation of a token come from?
 
-Public API: load_model, analyze, METHODS.
+Public API: load_model, analyze, METHODS, mediate.
 
 The names below are imported on first use (PEP 562), so `import attnviz.cli` starts without torch
 and transformers: the command's argument checks and Ctrl-C handling are in place within
@@ -11,11 +11,12 @@ from importlib import import_module
 from .errors import AttnvizError, InputError, LongInputWarning, ModelLoadError
 
 __version__ = "0.1.0"
-__all__ = ["load_model", "analyze", "METHODS", "Analysis", "LoadedModel", "wrap", "AttnvizError",
+__all__ = ["load_model", "analyze", "METHODS", "Analysis", "LoadedModel", "wrap", "mediate", "AttnvizError",
            "InputError", "ModelLoadError", "LongInputWarning", "__version__"]
 
 _LAZY = {"Analysis": ".analysis", "analyze": ".analysis", "METHODS": ".methods",
-         "LoadedModel": ".models.load", "load_model": ".models.load", "wrap": ".models.load"}
+         "LoadedModel": ".models.load", "load_model": ".models.load", "wrap": ".models.load",
+         "mediate": ".mediation"}
 
 
 def __getattr__(name: str):
