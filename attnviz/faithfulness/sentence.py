@@ -31,6 +31,7 @@ class SentenceResult:
         return dict(text=self.analysis.text, tokens=imp.tokens, target=imp.target.position,
                     target_quantity=imp.target.label, target_kind=imp.target.kind, f0=imp.f0,
                     positions=imp.positions.tolist(), blank_token=imp.blank_token,
+                    blank_degeneracy=imp.blank_degeneracy,
                     importance={k: nan(v) for k, v in imp.values.items()}, integrated_gradients=imp.ig,
                     correlations=self.correlations.to_dict(), notes=self.notes)
 
@@ -52,12 +53,13 @@ def score_sentence(lm, text: str, methods: Optional[Sequence[str]] = None, basel
                    target: Optional[int] = None, analysis: Optional[Analysis] = None,
                    max_tokens: int = DEFAULT_MAX_TOKENS, options: Optional[dict] = None,
                    progress: Optional[Callable[[str, float], None]] = None,
-                   ig_tol: Optional[float] = None) -> SentenceResult:
+                   ig_tol: Optional[float] = None, blank: str = "auto") -> SentenceResult:
     """Model + text -> SentenceResult (maps' target rows vs importance baselines, per method and layer).
 
     analysis: an Analysis of the same text to take the maps from (else analyze() runs here).
     options: the methods' options, as analyze takes them (e.g. {"workers": 1}).
-    ig_tol: adaptive integrated-gradient steps (see importance)."""
+    ig_tol: integrated gradients' completeness bound (see importance; None: its default, 1 %).
+    blank: what blank-out puts in place of a token (importance.BLANKS)."""
     methods, left = available_methods(lm, methods)
     if analysis is None:
         analysis = analyze(lm, text, methods=methods, target=target, max_tokens=max_tokens, mixing=False,
@@ -71,7 +73,7 @@ def score_sentence(lm, text: str, methods: Optional[Sequence[str]] = None, basel
     if list(enc.tokens) != list(analysis.tokens):
         raise InputError("the analysis was made for another text: run it again")
     imp = importance(lm, enc, baselines=baselines, contrast=contrast, ig_steps=ig_steps,
-                     include_target=include_target, ig_tol=ig_tol,
+                     include_target=include_target, ig_tol=ig_tol, blank=blank,
                      progress=(lambda s, f: progress(s, 0.5 + 0.5 * f)) if progress else None)
     corr = correlate(analysis.maps, imp, methods=methods)
     notes = list(imp.notes) + [f"{m}: {why}" for m, why in left.items()] + corr.notes()
