@@ -453,6 +453,38 @@ def _show(keys, k: int = 3) -> str:
     return ", ".join(keys[:k]) + (f" and {len(keys) - k} more" if len(keys) > k else "")
 
 
+def _head_absent(cls, config, folder: Path) -> str:
+    """The head model's name and head tensors ("" when not so) when a local folder's safetensors hold no tensor of the output head that cls would add to
+    the base model (the names come from the model built on the meta device, nothing is loaded), so
+    the plain model can be loaded at once instead of loading the head model first; checked_weights
+    still decides (it also covers folders this cannot read)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return ""
+    try:
+        from safetensors import safe_open
+        keys = set()
+        for f in files:
+            with safe_open(str(f), "pt") as h:
+                keys.update(h.keys())
+        with torch.device("meta"):
+            m = cls.from_config(config)
+    except Exception:  # noqa: BLE001 - the full load and checked_weights decide instead
+        return ""
+    prefix = m.base_model_prefix
+    # parameters only, each once: a head tied to the input embeddings (lm_head.weight) is not its own
+    own = [k for k, _ in m.named_parameters(remove_duplicate=True)]
+    head = {k.split(".")[0] for k in own if not k.startswith(prefix + ".")}
+    if not head or any(k.split(".")[0] in head for k in keys):
+        return ""
+    return f"{type(m).__name__} output head ({_show({k for k in own if k.split('.')[0] in head})})"
+
+
+def _no_head_note(head: str, plain: str) -> str:
+    return (f"the checkpoint has no weights for the {head}: loaded the plain {plain} instead (no "
+            "random head); the target is the final hidden state")
+
+
 def checked_weights(model, info: dict, spec: str, load_plain=None):
     """What transformers reported loading `model` (info: from_pretrained's output_loading_info) ->
     (the model to use, load notes). Nothing randomly initialised is ever used silently:
@@ -488,8 +520,7 @@ def checked_weights(model, info: dict, spec: str, load_plain=None):
                                  f"({_show(head)}): that head would be random, so it is not used")
         plain, pinfo = load_plain()
         plain, more = checked_weights(plain, pinfo, spec)
-        notes.append(f"the checkpoint has no weights for the {name} output head ({_show(head)}): loaded the plain "
-                     f"{type(plain).__name__} instead (no random head); the target is the final hidden state")
+        notes.append(_no_head_note(f"{name} output head ({_show(head)})", type(plain).__name__))
         return plain, notes + more
     if pooler:
         notes.append(f"the checkpoint has no pooler weights ({_show(pooler)}); attnviz never uses the pooler")
@@ -549,8 +580,13 @@ def _from_pretrained(kind: str, source: str, spec: str):
                 raise ModelLoadError(f"'{spec}' has an architecture transformers cannot load here ({config.model_type}): {msg}") from None
             raise ModelLoadError(f"could not load the weights of '{spec}': {msg}{hint}") from None
 
-    model, info = load(cls)
-    model, notes = checked_weights(model, info, spec, lambda: load(_plain_class()))
+    absent = kind != "hub" and task != "encoder" and _head_absent(cls, config, Path(source))
+    if absent:  # the checkpoint has no weights for the head: load only what it has
+        model, notes = checked_weights(*load(_plain_class()), spec)
+        notes.insert(0, _no_head_note(absent, type(model).__name__))
+    else:
+        model, info = load(cls)
+        model, notes = checked_weights(model, info, spec, lambda: load(_plain_class()))
     try:
         tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
