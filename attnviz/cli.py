@@ -6,20 +6,84 @@
     attnviz evaluate --model pkg:smollm2 --set real   # any masked or causal LM on the agreement/pronoun sets
     attnviz evaluate --model builtin:agreement --linzen FOLDER   # Linzen et al. (2016)'s agreement set
     attnviz app [--port 8501] [--address 127.0.0.1] [STREAMLIT OPTIONS]   # the app, in a browser
+    attnviz app --serve --address 0.0.0.0 [--allow-model FOLDER ...]      # the app for a class (docs/guide.md)
 
 analyze writes the maps (JSON, or NPZ when FILE ends in .npz) and, with --faithfulness, the
 importance baselines and correlations. study runs the corpus faithfulness study: it is resumable
 (Ctrl-C or a crash loses no finished sentence; run the same command again), and writes
 summary.csv, summary.json and summary.html (mean ± std per method × layer × baseline) into DIR.
-Errors are one line on stderr (exit status 2); an interrupted study exits with 130.
+Errors are one line on stderr (exit status 2), said before any work where the arguments show them:
+every number is checked against its range, --data must hold sentences, and --out never replaces a file
+attnviz did not write unless --force is given. Outputs are written whole or not at all (a temporary file,
+then renamed). An interrupted study exits with 130.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
+
+# the largest values the numeric options take, with the reason said when one is refused
+MAX_IG_STEPS = 1024
+IG_STEPS_WHY = ("each step is one forward and backward pass for every sentence and baseline; the doubling "
+                "asked for with --ig-tol stops at 256")
+MAX_TOKENS = 4096
+MAX_TOKENS_WHY = ("the per-head maps hold layers x heads x n^2 values: 4096 tokens on a 12-layer, 12-head model are "
+                  "2.4 billion floats, 9.7 GB")
+THREADS_WHY = "4 per core on this machine ({cores} cores); more only slow torch down, and a very large number crashes it"
+
+
+def max_threads() -> int:
+    """The most torch threads (and flow workers) the command takes: this machine's cores x 4."""
+    return 4 * (os.cpu_count() or 1)
+
+
+class UsageError(Exception):
+    """A command line argparse cannot read; str(e) is one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its refusals as one line (the CLI prints them as every other error: exit status 2)."""
+
+    def error(self, message):
+        from .errors import shown
+
+        raise UsageError(f"{shown(message, 300)} ({self.prog} -h lists the options)")
+
+
+def _in_range(flag: str, value, low, high=None, why: str = "") -> None:
+    """InputError (one line naming the option, its range and why) unless low <= value <= high (None: not given)."""
+    from .errors import InputError, shown
+
+    if value is None:
+        return
+    rng = f" (the range is {low} to {high}: {why})" if high is not None and why else \
+        f" (the range is {low} to {high})" if high is not None else f" ({why})" if why else ""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{flag} must be a finite number, got {value}{rng}")
+    if value < low:
+        raise InputError(f"{flag} must be at least {low}, got {shown(value, 40)}{rng}")
+    if high is not None and value > high:
+        raise InputError(f"{flag} must be at most {high}, got {shown(value, 40)}{rng}")
+
+
+def _tolerance(flag: str, value: Optional[float]) -> None:
+    """A relative tolerance: 0 (off: fixed steps) or a share strictly between 0 and 1."""
+    from .errors import InputError, shown
+
+    if value is not None and value != 0 and not 0 < value < 1:
+        raise InputError(f"{flag} must be 0 (fixed steps) or between 0 and 1, a share (0.01 = 1 %), "
+                         f"got {shown(value, 40)}")
+
+
+def _option_ranges() -> dict:
+    """--option NAME -> (low, high, why) for the method options that take a number."""
+    return {"steps": (1, MAX_IG_STEPS, "integration steps of the FFN decomposition, one pass through the FFN each"),
+            "workers": (1, max_threads(), "processes of the flow pool; more than 4 per core only wait")}
 
 
 def _csv(s: Optional[str]):
@@ -29,30 +93,42 @@ def _csv(s: Optional[str]):
 def parse_options(items: Optional[Sequence[str]]) -> dict:
     """["steps=16", "atb_ff.rule=midpoint"] -> analyze's options ({option: value} for every method that
     declares it, {method: {option: value}} with METHOD.OPTION); values take the type of the default."""
+    from .errors import shown
     from .methods import METHODS
 
     out: dict = {}
     for item in items or []:
         key, eq, raw = item.partition("=")
         if not eq:
-            raise ValueError(f"--option {item!r}: write NAME=VALUE (or METHOD.NAME=VALUE)")
+            raise ValueError(f"--option {shown(item)}: write NAME=VALUE (or METHOD.NAME=VALUE)")
         method, _, name = key.strip().rpartition(".")
         infos = [METHODS[method]] if method in METHODS else list(METHODS.values()) if not method else []
         if not infos:
-            raise ValueError(f"--option {item!r}: unknown method '{method}'")
+            raise ValueError(f"--option {shown(item)}: unknown method '{shown(method)}'")
         opts = [o for i in infos for o in i.options if o.name == name]
         if not opts:
-            raise ValueError(f"--option {item!r}: no method declares an option '{name}' (attnviz methods lists them)")
+            raise ValueError(f"--option {shown(item)}: no method declares an option '{shown(name)}' "
+                             "(attnviz methods lists them)")
         o = opts[0]
         value = raw.strip()
         if o.choices and value not in o.choices:
-            raise ValueError(f"--option {item!r}: choose one of {', '.join(map(str, o.choices))}")
-        if isinstance(o.default, bool):
-            value = value.lower() in ("1", "true", "yes")
-        elif isinstance(o.default, int) or (o.default is None and value.isdigit()):
-            value = int(value)
-        elif isinstance(o.default, float):
-            value = float(value)
+            raise ValueError(f"--option {shown(item)}: choose one of {', '.join(map(str, o.choices))}")
+        ranges = _option_ranges()
+        try:
+            if isinstance(o.default, bool):
+                if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                    raise ValueError
+                value = value.lower() in ("1", "true", "yes")
+            elif isinstance(o.default, int) or (o.default is None and name in ranges):
+                value = int(value)
+            elif isinstance(o.default, float):
+                value = float(value)
+        except ValueError:
+            kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(type(o.default), "a whole number")
+            raise ValueError(f"--option {shown(item)}: {name} takes {kind}") from None
+        if name in ranges and not isinstance(value, bool):
+            low, high, why = ranges[name]
+            _in_range(f"--option {key.strip()}", value, low, high, why)
         if method:
             out.setdefault(method, {})[name] = value
         else:
@@ -78,7 +154,7 @@ def cmd_methods(args) -> int:
 def read_data(spec: str, n: Optional[int] = None) -> list:
     """FILE (.jsonl / .json list of {"text", ["answer", "wrong"]} / .txt one sentence a line) or
     builtin:TASK (the held-out evaluation set) -> list of items (first n)."""
-    from .errors import InputError
+    from .errors import InputError, shown
 
     if spec.startswith("builtin:"):
         from .datasets import load_eval_set
@@ -86,11 +162,22 @@ def read_data(spec: str, n: Optional[int] = None) -> list:
         try:
             return load_eval_set(spec.split(":", 1)[1], n)
         except (ValueError, FileNotFoundError) as e:
-            raise InputError(f"cannot read the built-in evaluation set '{spec}': {e}") from None
+            raise InputError(f"cannot read the built-in evaluation set '{shown(spec)}': {e}") from None
     p = Path(spec)
-    if not p.is_file():
-        raise InputError(f"no such data file: {spec}")
-    text = p.read_text(encoding="utf-8")
+    try:
+        is_file = p.is_file()
+    except (OSError, ValueError):  # a name too long for the file system
+        is_file = False
+    if not is_file:
+        raise InputError(f"no such data file: {shown(spec)}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"--data {shown(spec)} is not UTF-8 text (byte {e.start + 1} is not UTF-8): give a .jsonl, "
+                         ".json or .txt file of sentences") from None
+    except OSError as e:
+        raise InputError(f"cannot read --data {shown(spec)}: {e.strerror or e}") from None
+    spec = shown(spec)
     try:
         if p.suffix == ".jsonl":
             items = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -104,18 +191,31 @@ def read_data(spec: str, n: Optional[int] = None) -> list:
         raise InputError(f"{spec} is not valid JSON: {e}") from None
     if not items:
         raise InputError(f"{spec} holds no sentences")
-    return items if n is None else items[:n]
+    items = items if n is None else items[:n]
+    if not any(_is_sentence(x) for x in items):
+        raise InputError(f"--data {spec} holds no sentences: each item must be a sentence (a string) or an object "
+                         f"with a \"text\" string, and item 1 is {_kind(items[0])}")
+    return items
+
+
+def _is_sentence(x) -> bool:
+    return isinstance(x, str) and bool(x.strip()) or isinstance(x, dict) and isinstance(x.get("text"), str)
+
+
+def _kind(x) -> str:
+    if isinstance(x, dict):
+        return "an object without a \"text\" string"
+    return {bool: "true/false", int: "a number", float: "a number", list: "a list", str: "an empty string",
+            type(None): "null"}.get(type(x), type(x).__name__)
 
 
 def _at_least(flag: str, value: Optional[int], low: int = 1) -> None:
-    from .errors import InputError
-
-    if value is not None and value < low:
-        raise InputError(f"{flag} must be at least {low}, got {value}")
+    _in_range(flag, value, low)
 
 
 def _threads(n: Optional[int]) -> None:
-    _at_least("--threads", n)
+    """--threads, checked (1 .. cores x 4), then given to torch."""
+    _in_range("--threads", n, 1, max_threads(), THREADS_WHY.format(cores=os.cpu_count() or 1))
     if n:
         import torch
 
@@ -132,17 +232,46 @@ def _quiet_loading() -> None:
         pass
 
 
-def check_out_file(out: str, flag: str = "--out") -> Path:
+OUR_JSON = b'{"format": "attnviz-'  # how every JSON file attnviz writes begins (export.FORMAT first)
+
+
+def is_ours(path: Path) -> bool:
+    """Whether an existing file is one attnviz wrote: an analysis as JSON (it begins with our format's
+    name) or NPZ (a zip whose meta names our format). Reads a few bytes, never the whole file."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(OUR_JSON))
+        if head == OUR_JSON:
+            return True
+        if head[:2] != b"PK" or not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as z:
+            meta = z.open("meta.npy").read(4096)
+        return b"attnviz-analysis/" in meta or "attnviz-analysis/".encode("utf-32-le") in meta
+    except (OSError, KeyError, zipfile.BadZipFile, RuntimeError, ValueError):
+        return False
+
+
+def check_out_file(out: str, flag: str = "--out", force: bool = False) -> Path:
     """--out FILE -> Path, refused with one line (before any work) when it cannot be written: empty,
-    a directory, under a file, or in a folder this process cannot create files in."""
-    import os
+    a directory, under a file, in a folder this process cannot create files in, or an existing file
+    that attnviz did not write (unless force)."""
     import tempfile
 
-    from .errors import InputError
+    from .errors import InputError, shown
 
     if not out or not out.strip():
         raise InputError(f"{flag} is empty: give a file name such as analysis.json")
+    if not out.isprintable() or len(out) > 4096:
+        raise InputError(f"{flag} '{shown(out)}' is not a usable file name (it holds control characters or bytes that "
+                         "are not UTF-8, or is longer than 4096 characters)")
     p = Path(out).expanduser()
+    try:
+        p.exists()
+    except OSError as e:  # a name too long for the file system
+        raise InputError(f"{flag} '{shown(out)}' cannot be used: {e.strerror or e}") from None
     if p.is_dir():
         raise InputError(f"{flag} '{out}' is a directory: give a file name, such as {p / 'analysis.json'}")
     if out.endswith(("/", os.sep)):
@@ -154,6 +283,9 @@ def check_out_file(out: str, flag: str = "--out") -> Path:
         raise InputError(f"{flag} '{out}' is under '{anc}', which is a file, not a folder")
     if p.exists() and not os.access(p, os.W_OK):
         raise InputError(f"{flag} '{out}' exists and cannot be written")
+    if p.exists() and not force and not is_ours(p):
+        raise InputError(f"{flag} '{out}' exists and is not a file attnviz wrote: give another name, or --force "
+                         "to replace it")
     try:  # the real test: can a file be created there (also catches read-only file systems, even as root)
         with tempfile.NamedTemporaryFile(dir=anc, prefix=".attnviz-write-check-"):
             pass
@@ -166,11 +298,14 @@ def check_out_file(out: str, flag: str = "--out") -> Path:
 def cmd_analyze(args) -> int:
     import attnviz
     from . import export
+    from .resources import write_whole
 
     _threads(args.threads)
-    _at_least("--ig-steps", args.ig_steps)
-    _at_least("--max-tokens", args.max_tokens)
-    out = check_out_file(args.out)
+    _in_range("--ig-steps", args.ig_steps, 1, MAX_IG_STEPS, IG_STEPS_WHY)
+    _tolerance("--ig-tol", args.ig_tol)
+    _in_range("--max-tokens", args.max_tokens, 1, MAX_TOKENS, MAX_TOKENS_WHY)
+    _in_range("--target", args.target, 0, args.max_tokens - 1, "a token position, counted from 0, below --max-tokens")
+    out = check_out_file(args.out, force=args.force)
     if out.suffix == ".npz" and args.faithfulness:
         raise attnviz.InputError("--faithfulness results are written as JSON: give an --out FILE.json")
     try:  # bytes that are not UTF-8 reach us as lone surrogates (surrogateescape): say so before the load
@@ -191,7 +326,7 @@ def cmd_analyze(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     bad, count = export.nonfinite(a)
     if out.suffix == ".npz":
-        out.write_bytes(export.to_npz(a))
+        write_whole(out, export.to_npz(a))
         kept = "kept as they are and listed in its 'nonfinite' array"
     else:
         d = export.to_dict(a)
@@ -207,7 +342,7 @@ def cmd_analyze(args) -> int:
                 bad, count = bad + fbad, count + len(fbad)
                 d["nonfinite"] = d["nonfinite"] + fbad
                 d["notes"].append(export.nonfinite_note(fbad, len(fbad)))
-        out.write_text(json.dumps(d, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+        write_whole(out, json.dumps(d, ensure_ascii=False, allow_nan=False))
         kept = "written as null and listed under 'nonfinite'"
     from .text import readable_token  # 'Ġare' (byte-level BPE) printed as a reader writes it: 'are'
 
@@ -229,11 +364,12 @@ def cmd_study(args) -> int:
     from .faithfulness import study
 
     _threads(args.threads)
-    for flag, v in (("--n", args.n), ("--ig-steps", args.ig_steps), ("--max-tokens", args.max_tokens),
-                    ("--workers", args.workers), ("--batch-size", args.batch_size)):
+    for flag, v in (("--n", args.n), ("--workers", args.workers), ("--batch-size", args.batch_size)):
         _at_least(flag, v)
-    if args.gpus_per_worker is not None and not args.gpus_per_worker >= 0:
-        raise InputError(f"--gpus-per-worker must be at least 0, got {args.gpus_per_worker}")
+    _in_range("--ig-steps", args.ig_steps, 1, MAX_IG_STEPS, IG_STEPS_WHY)
+    _tolerance("--ig-tol", args.ig_tol)
+    _in_range("--max-tokens", args.max_tokens, 1, MAX_TOKENS, MAX_TOKENS_WHY)
+    _in_range("--gpus-per-worker", args.gpus_per_worker, 0, 1024, "a share of a GPU, or whole GPUs")
     if args.engine != "ray":
         given = [f for f, v in (("--address", args.address), ("--workers", args.workers),
                                 ("--gpus-per-worker", args.gpus_per_worker), ("--batch-size", args.batch_size))
@@ -242,8 +378,7 @@ def cmd_study(args) -> int:
             raise InputError(f"{', '.join(given)} only apply with --engine ray")
     if not args.out or not args.out.strip():
         raise InputError("--out is empty: give a folder for the study (it is created if missing)")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise InputError(f"--out '{args.out}' is a file: give a folder for the study (it is created if missing)")
+    check_study_folder(args.out, args.force)
     if args.address:  # an unreachable cluster is said within seconds, before the model loads
         from .faithfulness.ray_engine import check_address
 
@@ -305,6 +440,37 @@ def cmd_study(args) -> int:
     return 0
 
 
+STUDY_FILES = ("config.json", "records.jsonl", "data.sha1", "summary.csv", "summary.json", "summary.html",
+               "summary.png", "ranking.csv", "ranking.md")
+
+
+def check_study_folder(out: str, force: bool = False) -> None:
+    """--out DIR of a study, refused with one line (before any work) when it is a file, or holds files of the
+    names a study writes while it is not a study's folder (no study's config.json), unless force."""
+    from .errors import InputError, shown
+
+    d = Path(out).expanduser()
+    try:
+        exists, is_dir = d.exists(), d.is_dir()
+    except OSError as e:  # a name too long for the file system
+        raise InputError(f"--out '{shown(out)}' cannot be used: {e.strerror or e}") from None
+    if exists and not is_dir:
+        raise InputError(f"--out '{shown(out)}' is a file: give a folder for the study (it is created if missing)")
+    if not exists or force:
+        return
+    theirs = [n for n in STUDY_FILES if (d / n).exists()]
+    if not theirs:
+        return
+    try:
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        ours = isinstance(cfg, dict) and isinstance(cfg.get("methods"), list) and isinstance(cfg.get("baselines"), list)
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise InputError(f"--out '{shown(out)}' holds {', '.join(theirs[:4])} but no study of attnviz (no study's "
+                         "config.json): give another folder, or --force to write over them")
+
+
 def cmd_evaluate(args) -> int:
     from .evaluate import main as evaluate_main
 
@@ -316,16 +482,25 @@ def cmd_app(args) -> int:
     that follow go to `streamlit run` (e.g. --server.maxUploadSize 50). On POSIX the command becomes the
     Streamlit server (exec: one process, signals go straight to it); elsewhere it waits for it."""
     import importlib.util
-    import os
 
+    _in_range("--port", args.port, 1, 65535, "a TCP port")
+    served = serve_settings(args)
     if importlib.util.find_spec("streamlit") is None:
         print("error: the app needs streamlit, which is not installed in this Python "
               f"({sys.executable}): pip install streamlit", file=sys.stderr)
         return 2
     from .app import MAIN
 
-    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.address", args.address,
-           "--server.port", str(args.port), "--server.headless", "true", *args.streamlit_args]
+    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.address", args.address or "127.0.0.1",
+           "--server.port", str(args.port), "--server.headless", "true"]
+    if served is not None:
+        from .models.allow import ENV
+
+        os.environ[ENV] = json.dumps(served)  # the app's loader reads it (attnviz.models.allow)
+        cmd += list(SERVE_OPTIONS)
+        print(f"serving a class at http://{args.address}:{args.port}: the built-in and packaged models"
+              + (f", and {', '.join(served)}" if served else "") + "; nothing typed into the URL is loaded")
+    cmd += list(args.streamlit_args)
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "posix":
@@ -335,14 +510,49 @@ def cmd_app(args) -> int:
     return subprocess.call(cmd)
 
 
+# Streamlit settings of a served app: no developer menu, no file watching or rerun on save, no usage statistics
+SERVE_OPTIONS = ("--client.toolbarMode", "viewer", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
+                 "--browser.gatherUsageStats", "false", "--server.enableXsrfProtection", "true")
+
+
+def serve_settings(args) -> Optional[list]:
+    """`attnviz app --serve`: the specs the class may load besides the built-in and packaged models (local
+    paths as their absolute real paths, each checked now), or None without --serve. One line for every
+    refusal: --serve without --address, --allow-model without --serve, a model that does not resolve."""
+    from .errors import InputError, ModelLoadError, shown
+
+    if not args.serve:
+        if args.allow_model:
+            raise InputError("--allow-model applies with --serve (the app serves any model otherwise)")
+        return None
+    if not args.address:
+        raise InputError("--serve needs --address: this machine's address on the class network, or 0.0.0.0 for every "
+                         "interface (127.0.0.1 serves this machine only)")
+    from .models.load import resolve
+
+    out = []
+    for spec in args.allow_model:
+        spec = spec.strip()
+        try:
+            kind, source = resolve(spec)
+        except ModelLoadError as e:
+            raise InputError(f"--allow-model {shown(spec)}: {e}") from None
+        if kind in ("folder", "gguf"):
+            spec = os.path.realpath(os.path.expanduser(spec))
+        if spec not in out:
+            out.append(spec)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="attnviz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog="attnviz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="maps (and optionally faithfulness) for one text, written as JSON/NPZ")
     a.add_argument("--model", required=True, help="builtin:NAME | pkg:minilm | model folder | hub id")
     a.add_argument("--text", required=True)
     a.add_argument("--out", required=True, help="FILE.json or FILE.npz")
+    a.add_argument("--force", action="store_true", help="replace --out even when it is not a file attnviz wrote")
     a.add_argument("--methods", help="comma-separated method names (default all; `attnviz methods` lists them)")
     a.add_argument("--option", action="append", metavar="[METHOD.]NAME=VALUE",
                    help="a method option, e.g. steps=16 or flow.workers=2 (repeatable; `attnviz methods` lists them)")
@@ -351,11 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--faithfulness", action="store_true", help="add importance baselines and correlations")
     a.add_argument("--baselines", help="comma-separated importance baselines (default all)")
     a.add_argument("--contrast", help="correct,wrong (e.g. is,are): target p(correct) - p(wrong)")
-    a.add_argument("--ig-steps", type=int, default=32, help="integrated-gradient steps (the first try)")
+    a.add_argument("--ig-steps", type=int, default=32, help=f"integrated-gradient steps (the first try; 1 to {MAX_IG_STEPS})")
     a.add_argument("--ig-tol", type=float, default=0.01,
                    help="double the steps (up to 256) until the relative completeness error is at most this; 0: fixed steps")
-    a.add_argument("--max-tokens", type=int, default=128)
-    a.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    a.add_argument("--max-tokens", type=int, default=128, help=f"the longest text, in tokens (1 to {MAX_TOKENS})")
+    a.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's; at most 4 per core)")
     a.add_argument("--device", default="cpu",
                    help="where the model runs: cpu (default) | cuda | cuda:N; the maps come back to the CPU")
     a.set_defaults(func=cmd_analyze)
@@ -364,17 +574,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True)
     s.add_argument("--data", required=True, help="FILE (.jsonl/.json/.txt) or builtin:agreement | builtin:pronoun")
     s.add_argument("--out", required=True, help="output folder (records.jsonl, summary.csv/json/html)")
+    s.add_argument("--force", action="store_true",
+                   help="write into --out even when it holds files of a study's names that no study wrote")
     s.add_argument("--n", type=int, default=None, help="first N items only")
     s.add_argument("--methods", help="comma-separated (default: the core methods; `attnviz methods` lists them)")
     s.add_argument("--baselines", help="comma-separated (default all; `attnviz methods` lists them)")
-    s.add_argument("--ig-steps", type=int, default=32, help="integrated-gradient steps (the first try)")
+    s.add_argument("--ig-steps", type=int, default=32, help=f"integrated-gradient steps (the first try; 1 to {MAX_IG_STEPS})")
     s.add_argument("--ig-tol", type=float, default=0.01,
                    help="double the steps (up to 256) until the relative completeness error is at most this; 0: fixed steps")
     s.add_argument("--include-target", action="store_true", help="also attribute the target position itself")
     s.add_argument("--no-contrast", action="store_true", help="target p(prediction) even when items name answer/wrong")
     s.add_argument("--fresh", action="store_true", help="discard earlier results in --out instead of resuming")
     s.add_argument("--png", action="store_true", help="also write summary.png (needs kaleido + chromium)")
-    s.add_argument("--max-tokens", type=int, default=128)
+    s.add_argument("--max-tokens", type=int, default=128, help=f"the longest text, in tokens (1 to {MAX_TOKENS})")
     s.add_argument("--threads", type=int, default=None, help="torch threads (per worker with --engine ray; default 1 there)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--device", default="cpu",
@@ -401,9 +613,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("app", help="start the app (Streamlit, headless) at http://ADDRESS:PORT; "
                        "other options go to `streamlit run`")
-    p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
-    p.add_argument("--address", default="127.0.0.1",
+    p.add_argument("--port", type=int, default=8501, help="port (default 8501; 1 to 65535)")
+    p.add_argument("--address", default=None,
                    help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--serve", action="store_true",
+                   help="serve a class: needs --address; the app offers only the built-in and packaged models and "
+                        "those named with --allow-model, and loads nothing typed into its URL or Model page")
+    p.add_argument("--allow-model", action="append", default=[], metavar="SPEC",
+                   help="with --serve: a model folder, .gguf file or hub id the class may use (repeatable)")
     p.set_defaults(func=cmd_app, streamlit_args=[])
     return ap
 
@@ -473,7 +690,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                 ap.error(f"unrecognized arguments: {' '.join(extra)}")
             _import_quietly()
         return args.func(args)
-    except AttnvizError as e:
+    except (AttnvizError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # unknown method / baseline names

@@ -4,12 +4,14 @@ Both ship inside the package (`attnviz/data/models/NAME/`, `attnviz/data/sets/*.
 through importlib.resources, so an installed wheel and a checkout behave alike. Set ATTNVIZ_ASSETS to
 a folder holding `models/` and/or `sets/` to use other copies (read at each call, so a test or a
 server can point it elsewhere without re-importing). A name given by a user is turned into a folder by
-folder_inside(), which refuses links that leave the folder it names.
+folder_inside(), which refuses links that leave the folder it names; write_whole() writes an output file
+whole or not at all.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -59,3 +61,32 @@ def folder_inside(root: Path, name: str) -> Path:
             if entry.is_dir():  # follows a link: the folder it names is walked too
                 todo.append(target)
     return real
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_whole(path, data) -> None:
+    """Write data (str as UTF-8, or bytes) to path whole or not at all: a temporary file beside it, flushed
+    to disk, then renamed over it. A failure (disk full, Ctrl-C) leaves the old file, or none, never a part
+    of one and never an empty one."""
+    path = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would have made it
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -4,7 +4,9 @@ Resumable: with out_dir, each finished sentence is appended to out_dir/records.j
 fsynced) before the next starts, so a crash or Ctrl-C loses no finished sentence; a rerun with the
 same settings skips what is there. A half-written last line (a crash mid-write) is dropped; other
 damaged lines are reported and their sentences scored again. One writer at a time: the folder is
-locked (DIR/.lock) while a study writes, and a second study into it is refused. config.json keeps the
+locked while a study writes (FolderLock: OS locks on DIR/.lock and on records.jsonl itself, so deleting
+.lock lets no second writer in), and a second study into it is refused. A record repeated in the file
+(same key) is read once, and the notes say how many were left out. config.json keeps the
 settings and the data's fingerprint (data.sha1: one per item), so other data or other settings in
 the same folder are refused; the same data with more items (a larger --n) extends the study.
 Records are keyed by position and text (i:sha1), and each key is written once.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import html as H
+import io
 import json
 import math
 import os
@@ -30,6 +33,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import AttnvizError, InputError
+from ..resources import write_whole
 from .correlation import Ranking, ranking
 from .importance import BASELINES, DEFAULT_IG_STEPS, output_kind
 from .ray_engine import run_on_ray
@@ -216,22 +220,26 @@ class StudyResult:
                  "ranking_csv": out / "ranking.csv", "ranking_md": out / "ranking.md"}
         rows = self.rows()
         rk = self.ranking()
-        with open(paths["ranking_csv"], "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=["method", "layer", "baseline", "stat", "value", "rank"])
+
+        def csv_text(fields, rows_):
+            buf = io.StringIO(newline="")
+            w = csv.DictWriter(buf, fieldnames=fields)
             w.writeheader()
-            w.writerows(rk.rows())
-        paths["ranking_md"].write_text(self.ranking_report(rk), encoding="utf-8")
-        with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["method"])
-            w.writeheader()
-            w.writerows(rows)
-        paths["json"].write_text(json.dumps(self.to_json(), indent=1, allow_nan=False), encoding="utf-8")
-        paths["html"].write_text(_html_page(figure, self, rk), encoding="utf-8")
+            w.writerows(rows_)
+            return buf.getvalue()
+
+        # each file whole or not at all (resources.write_whole): a full disk leaves no empty summary behind
+        write_whole(paths["ranking_csv"], csv_text(["method", "layer", "baseline", "stat", "value", "rank"], rk.rows()))
+        write_whole(paths["ranking_md"], self.ranking_report(rk))
+        write_whole(paths["csv"], csv_text(list(rows[0]) if rows else ["method"], rows))
+        write_whole(paths["json"], json.dumps(self.to_json(), indent=1, allow_nan=False))
+        write_whole(paths["html"], _html_page(figure, self, rk))
         if png:
             if figure is None:
                 raise ValueError("summary.png is the study figure: pass figure= to write it")
             paths["png"] = out / "summary.png"
-            figure.write_image(str(paths["png"]), width=1400, height=450 * ((len(self.baselines) + 2) // 3))
+            write_whole(paths["png"], figure.to_image(format="png", width=1400,
+                                                      height=450 * ((len(self.baselines) + 2) // 3)))
         return {k: str(v) for k, v in paths.items()}
 
 
@@ -334,6 +342,11 @@ def _read_records(path: Path, n_methods: int, n_baselines: int, n_layers: Option
     return recs, damaged
 
 
+def _repeat_note(path: Path, n: int) -> str:
+    return (f"{path}: {n} repeated record{'s' if n > 1 else ''} of the same sentences left out (each sentence "
+            "counted once)")
+
+
 def _damage_note(path: Path, damaged: list) -> str:
     shown = "; ".join(f"line {no}: {why}" for no, why in damaged[:5])
     more = f"; and {len(damaged) - 5} more" if len(damaged) > 5 else ""
@@ -342,35 +355,78 @@ def _damage_note(path: Path, damaged: list) -> str:
 
 
 class FolderLock:
-    """An exclusive lock on a study folder (flock on DIR/.lock): one writer at a time.
+    """An exclusive lock on a study folder: one writer at a time.
 
-    The kernel drops the lock when the holder exits in any way (also SIGKILL), so a crashed study
-    never leaves a stale lock behind. The file names the holder for the message a second writer gets."""
+    Two OS locks (flock), both held while the study writes: on DIR/.lock, which names the holder for the
+    message a second writer gets, and on DIR/records.jsonl itself, the file the records go to. Deleting
+    .lock therefore lets no second writer in (the records file stays locked), and a records file removed
+    or replaced while the study runs is noticed before the next append (check()). The kernel drops both
+    locks when the holder exits in any way (also SIGKILL), so a crashed study never leaves a stale lock."""
 
     def __init__(self, out: Path):
         import fcntl  # POSIX only: imported where a study folder is locked
 
+        self.out = out
         self.path = out / ".lock"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.records = out / "records.jsonl"
+        self.fd = self.rec_fd = None
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 500, 0).decode("utf-8", "replace").strip()
-            os.close(self.fd)
-            raise AttnvizError(f"another study is writing into {out} ({holder or 'holder unknown'}): wait for it "
-                               "to finish or stop it, or give another output folder") from None
-        except OSError as e:
-            os.close(self.fd)
-            raise AttnvizError(f"cannot lock {out} ({e.strerror or e}): a study needs a folder on a file system "
-                               "with file locks") from None
+            self.fd = self._lock(self.path, fcntl)
+            self.rec_fd = self._lock(self.records, fcntl, append=True)
+        except BaseException:
+            self.release()
+            raise
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, (f"process {os.getpid()} on {socket.gethostname()}, since "
                             f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n").encode("utf-8"), 0)
 
+    def _lock(self, path: Path, fcntl, append: bool = False) -> int:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_APPEND if append else 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            try:
+                holder = self.path.read_text(encoding="utf-8", errors="replace").strip()[:500]
+            except OSError:
+                holder = ""
+            raise AttnvizError(f"another study is writing into {self.out} ({holder or 'holder unknown'}): wait for it "
+                               "to finish or stop it, or give another output folder") from None
+        except OSError as e:
+            os.close(fd)
+            raise AttnvizError(f"cannot lock {self.out} ({e.strerror or e}): a study needs a folder on a file system "
+                               "with file locks") from None
+        return fd
+
+    def check(self) -> None:
+        """AttnvizError unless DIR/records.jsonl is still the file this lock holds (not removed, not replaced)."""
+        mine = os.fstat(self.rec_fd)
+        try:
+            now = os.stat(self.records)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+            raise AttnvizError(f"{self.records} was {'removed' if now is None else 'replaced'} while this study wrote "
+                               "into it: the study stopped; run it again to resume from what the folder holds")
+
+    def truncate(self) -> None:
+        """Empty the locked records file (a fresh start keeps the file, and so the lock)."""
+        os.ftruncate(self.rec_fd, 0)
+
+    def append(self, data: bytes) -> None:
+        """data at the end of the locked records file, flushed to disk."""
+        self.check()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.rec_fd, view):]
+        os.fsync(self.rec_fd)
+
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the last descriptor releases the flock
-            self.fd = None
+        for attr in ("rec_fd", "fd"):
+            fd = getattr(self, attr, None)
+            if fd is not None:
+                os.close(fd)  # closing the last descriptor releases the flock
+                setattr(self, attr, None)
 
 
 class StudyFolder:
@@ -429,13 +485,15 @@ class StudyFolder:
                 self.done.setdefault(r["key"], r)
             if self.damaged:
                 self.notes.append(_damage_note(self.rec_path, self.damaged))
+            if len(self.done) < len(recs):
+                self.notes.append(_repeat_note(self.rec_path, len(recs) - len(self.done)))
             if len(fps) > len(old_fps):  # the same data, more of it (a larger --n): remember the longer list
                 self._write_fps(fps)
                 self._write_cfg(settings, fps)
         else:
-            for p in (self.rec_path, self.fps_path):
-                if p.exists():
-                    p.unlink()
+            self.lock.truncate()  # the records file stays (and so does its lock)
+            if self.fps_path.exists():
+                self.fps_path.unlink()
             self._write_fps(fps)
             self._write_cfg(settings, fps)
 
@@ -458,10 +516,7 @@ class StudyFolder:
         """Append records not already on file (one write, flushed and fsynced) -> the ones written."""
         new = [r for r in recs if r["key"] not in self.done]
         if new:
-            with open(self.rec_path, "a", encoding="utf-8") as f:
-                f.write("".join(json.dumps(r, allow_nan=False) + "\n" for r in new))
-                f.flush()
-                os.fsync(f.fileno())
+            self.lock.append("".join(json.dumps(r, allow_nan=False) + "\n" for r in new).encode("utf-8"))
             for r in new:
                 self.done[r["key"]] = r
         return new
@@ -592,8 +647,7 @@ def load_study(out_dir) -> StudyResult:
             seen.add(r["key"])
             unique.append(r)
     if len(unique) < len(recs):
-        notes.append(f"{len(recs) - len(unique)} repeated records of the same sentences left out "
-                     "(each sentence counted once)")
+        notes.append(_repeat_note(out / "records.jsonl", len(recs) - len(unique)))
     Ls = [len(r["rho"][0]) for r in unique if "error" not in r]
     if Ls and any(L != Ls[0] for L in Ls):  # one number of layers: the first record's
         n = len(unique)
