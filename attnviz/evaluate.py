@@ -199,10 +199,34 @@ class NoOutputHead(InputError):
     """The model has no language-model head (an encoder or a classifier)."""
 
 
+# How a contrast word that is several tokens is scored (the same rule everywhere a word is scored):
+# causal LMs: the sum of its word-initial pieces' log-probabilities, each given the text and the pieces
+# before it (the standard of targeted syntactic evaluation); masked LMs: refused with the reason (one
+# [MASK] holds one token, and several [MASK]s would change the sentence the model reads).
+MULTI_TOKEN_RULE = {"causal_lm": "sum of the pieces' log-probabilities",
+                    "masked_lm": "refused: one [MASK] holds one token"}
+
+
+def word_pieces(tokenizer, word: str) -> list[int]:
+    """The ids of a word's word-initial form (" swims" -> ['Ġswim', 's'])."""
+    return [int(i) for i in tokenizer(" " + str(word).strip(), add_special_tokens=False)["input_ids"]]
+
+
+@torch.no_grad()
+def word_logprob(lm, prefix: list[int], pieces: list[int]) -> float:
+    """Causal LM: Σ_k log p(pieces[k] | prefix, pieces[:k]), one forward pass of prefix + pieces."""
+    dev = next(lm.model.parameters()).device
+    ids = torch.tensor([list(prefix) + list(pieces[:-1])], device=dev)
+    logp = torch.log_softmax(lm.model(input_ids=ids).logits[0].double(), -1)
+    n = len(prefix)
+    return float(sum(logp[n - 1 + k, p] for k, p in enumerate(pieces)))
+
+
 def encode_items(lm, items: list[dict]) -> tuple[list, list[dict]]:
-    """Items -> (rows, skipped): each row (item index, ids list, target, answer id, wrong id,
-    blank); an item whose text cannot be encoded or whose answer/wrong word is not one (word-initial)
-    token is skipped with the reason."""
+    """Items -> (rows, skipped): each row (item index, ids list, target, answer, wrong, blank) with
+    answer / wrong one vocabulary id, or, on a causal LM, a tuple of a word's pieces when it is several
+    tokens (MULTI_TOKEN_RULE); an item whose text cannot be encoded, or (masked LM) whose answer/wrong
+    word is not one token, is skipped with the reason."""
     from .trace import encode, single_token_id, word_start_ids
 
     causal = lm.task == "causal_lm"
@@ -211,14 +235,22 @@ def encode_items(lm, items: list[dict]) -> tuple[list, list[dict]]:
     for k, it in enumerate(items):
         try:
             enc = encode(lm, it["text"], max_tokens=lm.max_tokens)
-            a, w = (single_token_id(lm.tokenizer, it[f]) for f in ("answer", "wrong"))
         except InputError as e:
             skipped.append({"index": k, "text": it["text"], "why": str(e)})
             continue
-        if causal and enc.blank and not (a in starts and w in starts):
-            skipped.append({"index": k, "text": it["text"],
-                            "why": f"'{it['answer']}' or '{it['wrong']}' is not one word-initial token"})
-            continue
+        try:
+            a, w = (single_token_id(lm.tokenizer, it[f]) for f in ("answer", "wrong"))
+            multi = causal and enc.blank and not (a in starts and w in starts)
+        except InputError as e:
+            if not causal:
+                skipped.append({"index": k, "text": it["text"], "why": f"{e}; {MULTI_TOKEN_RULE['masked_lm']}"})
+                continue
+            multi = True
+        if multi:
+            if not enc.blank:
+                skipped.append({"index": k, "text": it["text"], "why": "a word of several tokens is scored at a [MASK] only"})
+                continue
+            a, w = (tuple(word_pieces(lm.tokenizer, it[f])) for f in ("answer", "wrong"))
         if not causal and "[MASK]" in it["text"].upper() and enc.target == 0:
             skipped.append({"index": k, "text": it["text"], "why": "no mask token after encoding"})
             continue
@@ -273,6 +305,16 @@ def score_items(lm, items: list[dict], batch_size: int = 32) -> tuple[list, list
     rows, skipped = encode_items(lm, items)
     preds: list = [None] * len(items)
     ws = torch.as_tensor(word_start_ids(lm)) if lm.task == "causal_lm" else None
+    multi = [r for r in rows if isinstance(r[3], tuple)]
+    rows = [r for r in rows if not isinstance(r[3], tuple)]
+    for r in multi:  # causal LM, a word of several tokens: the sum of its pieces' log-probabilities
+        prefix = r[1]
+        la, lw = word_logprob(lm, prefix, r[3]), word_logprob(lm, prefix, r[4])
+        lg = target_logits_any(lm, [(r[0], prefix, r[2], 0, 0, r[5])])[0].cpu()
+        top = int(ws[torch.argmax(lg[ws])]) if len(ws) else int(torch.argmax(lg))
+        preds[r[0]] = {"correct": la > lw, "top1": top == r[3][0] and len(r[3]) == 1,
+                       "pred": lm.tokenizer.convert_ids_to_tokens(top), "margin": la - lw,
+                       "pieces": max(len(r[3]), len(r[4])) > 1}
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][1]))
     for s in range(0, len(order), batch_size):
         batch = [rows[i] for i in order[s:s + batch_size]]
@@ -339,6 +381,9 @@ def evaluate_file(lm, path, batch_size: int = 32, limit: int | None = None) -> d
     kept = [(it, p) for it, p in zip(items, preds) if p is not None]
     out = {"set": name, "file": file, "n_items": len(items), "seconds": secs,
            "skipped": skipped, "coverage": word_coverage(lm.tokenizer, [it["text"] for it in items]),
+           "multi_token": {"rule": MULTI_TOKEN_RULE.get(lm.task, ""),
+                           "scored": sum(1 for p in preds if p is not None and p.get("pieces")),
+                           "refused": sum(1 for x in skipped if MULTI_TOKEN_RULE["masked_lm"] in x["why"])},
            "tasks": {}}
     if kind == "linzen":
         out["kind"] = kind
@@ -427,6 +472,10 @@ def spec_report(res: dict, missed: bool = False) -> str:
                   + (f" (e.g. {'; '.join(cov['split_examples'][:3])})" if cov["split_examples"] else "") + "."]
         if s["skipped"]:
             lines.append(f"Skipped {len(s['skipped'])} items, e.g. {s['skipped'][0]['why']}.")
+        mt = s.get("multi_token") or {}
+        if mt.get("scored") or mt.get("refused"):
+            lines.append(f"Contrast words of several tokens ({mt['rule']}): {mt['scored']} items scored, "
+                         f"{mt['refused']} refused.")
         lines.append("")
         if s.get("judged"):
             lines += _judged_report(s["judged"])

@@ -130,9 +130,15 @@ def _tiny_causal(tmp_path):
     return attnviz.wrap(model, tok, spec="tiny:gpt2-bpe", check=False)
 
 
+def score_items_of(lm, items):
+    from attnviz.evaluate import score_items
+    return score_items(lm, items)[0]
+
+
 def test_causal_lm_scores_the_prefix_before_the_verb(tmp_path):
     """A causal model reads only the words before the verb: its margin is the plain forward pass's on the
-    prefix alone (no padding), and a verb form that is not one word-initial token leaves the item unjudged."""
+    prefix alone (no padding); a verb form that is several tokens is scored as the sum of its pieces'
+    log-probabilities (evaluate.MULTI_TOKEN_RULE), not left unjudged."""
     from attnviz.evaluate import evaluate_file
 
     lm = _tiny_causal(tmp_path)
@@ -140,8 +146,8 @@ def test_causal_lm_scores_the_prefix_before_the_verb(tmp_path):
     items = read_linzen(folder)
     res = evaluate_file(lm, LinzenSet(folder), batch_size=2)
     j = res["judged"]
-    assert (j["items"], j["all"]["n"], j["not_judged"]) == (4, 3, 1)
-    assert j["not_judged_why"] == {"with an answer or wrong word that is not one token of the vocabulary": 1}
+    assert (j["items"], j["all"]["n"], j["not_judged"]) == (4, 4, 0)
+    assert res["multi_token"]["scored"] == 1
     tok = lm.tokenizer
     right = 0
     for it in items[:3]:
@@ -149,7 +155,8 @@ def test_causal_lm_scores_the_prefix_before_the_verb(tmp_path):
         logits = _logits(lm.model, tok(prefix)["input_ids"])[-1]
         a, w = (tok.convert_tokens_to_ids("Ġ" + it[f]) for f in ("answer", "wrong"))
         right += int(logits[a] > logits[w])
-    assert j["all"]["right"] == right
+    right_multi = [p["correct"] for p in score_items_of(lm, items[3:])]
+    assert j["all"]["right"] == right + sum(right_multi)
     from attnviz.evaluate import score_items
 
     preds, _ = score_items(lm, items[:3], batch_size=3)

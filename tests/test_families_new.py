@@ -459,3 +459,43 @@ def test_integrated_gradients_meet_a_one_percent_bound_by_default(make_tiny):
     assert ig["tol"] == 0.01 and ig["met"] == (err <= 0.01)
     assert err <= 0.01 or any("completeness error is still" in n for n in imp.notes)
     assert ig["tried"][0] == 1
+
+
+# ------------------------------------------------------------------ contrast words of several tokens
+
+
+def test_a_causal_lm_scores_a_split_word_as_the_sum_of_its_pieces(make_tiny):
+    """'xylophones' splits into pieces in the tiny vocabulary: the item is scored, not skipped, and its
+    margin is Σ log p(pieces of the answer) - Σ log p(pieces of the wrong word), each piece given the
+    text and the pieces before it (the HF model's own log-softmax, written out here)."""
+    from attnviz.evaluate import score_items
+    lm = make_tiny("llama")
+    items = [{"text": "the keys to the cabinet [MASK] here .", "answer": "xylophones", "wrong": "is"},
+             {"text": "the keys to the cabinet [MASK] here .", "answer": "are", "wrong": "is"}]
+    preds, skipped = score_items(lm, items)
+    assert not skipped and preds[0]["pieces"] and not preds[1].get("pieces")
+    prefix = lm.tokenizer("the keys to the cabinet", add_special_tokens=True)["input_ids"]
+
+    def ref(word):
+        pieces = lm.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+        total = 0.0
+        with torch.no_grad():
+            for k, piece in enumerate(pieces):
+                ids = torch.tensor([prefix + pieces[:k]])
+                total += float(torch.log_softmax(lm.model(input_ids=ids).logits[0, -1].double(), -1)[piece])
+        return total, len(pieces)
+
+    (la, na), (lw, _) = ref("xylophones"), ref("is")
+    assert na > 1
+    assert preds[0]["margin"] == pytest.approx(la - lw, rel=1e-6)
+    assert preds[0]["correct"] == (la > lw)
+    la1, _ = ref("are")
+    assert preds[1]["margin"] == pytest.approx(la1 - lw, rel=1e-5, abs=1e-6)
+
+
+def test_a_masked_lm_refuses_a_split_word_with_the_rule(make_tiny):
+    from attnviz.evaluate import score_items
+    lm = make_tiny("bert")
+    preds, skipped = score_items(lm, [{"text": "the keys to the cabinet [MASK] here .", "answer": "xylophones",
+                                       "wrong": "is"}])
+    assert preds == [None] and "one [MASK] holds one token" in skipped[0]["why"]
