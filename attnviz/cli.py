@@ -335,7 +335,7 @@ def cmd_analyze(args) -> int:
                 m["heads"] = None
         if args.faithfulness:
             r = score_sentence(lm, a.text, methods=list(a.maps), baselines=_csv(args.baselines),
-                               contrast=_csv(args.contrast), ig_steps=args.ig_steps, analysis=a, ig_tol=args.ig_tol or None,
+                               contrast=_csv(args.contrast), ig_steps=args.ig_steps, analysis=a, ig_tol=args.ig_tol,
                                max_tokens=args.max_tokens)
             d["faithfulness"], fbad = export.finite_json(r.to_dict(), "faithfulness")
             if fbad:
@@ -404,7 +404,7 @@ def cmd_study(args) -> int:
 
     try:
         res = study(lm, items, methods=_csv(args.methods), baselines=_csv(args.baselines), ig_steps=args.ig_steps,
-                    ig_tol=args.ig_tol or None,
+                    ig_tol=args.ig_tol,
                     include_target=args.include_target, use_contrast=not args.no_contrast, out_dir=args.out,
                     resume=not args.fresh, max_tokens=args.max_tokens, progress=progress, engine=args.engine,
                     address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker or 0,

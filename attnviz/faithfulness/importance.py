@@ -612,10 +612,10 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
     baselines: names from BASELINES (default all). contrast: (correct, wrong). target: position.
     ig_tol: the integrated-gradient steps are doubled (up to ig_max_steps) until the relative
     completeness error |Σ IG - (f(e) - f(e'))| / |f(e) - f(e')| is at most ig_tol (None: DEFAULT_IG_TOL,
-    1 %; float("inf"): ig_steps steps, no bound); a note says when the bound was missed.
+    1 %; 0: ig_steps steps, no bound); a note says when the bound was missed.
     blank: what blank-out puts in place of a token (BLANKS; "auto": blank_choice).
     """
-    ig_tol = DEFAULT_IG_TOL if ig_tol is None else float(ig_tol)
+    ig_tol = DEFAULT_IG_TOL if ig_tol is None else (float(ig_tol) if ig_tol > 0 else None)
     baselines = list(BASELINES if baselines is None else baselines)
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
