@@ -363,6 +363,13 @@ def cmd_study(args) -> int:
     from .errors import InputError
     from .faithfulness import study
 
+    if args.mediation:  # the corpus mediation study (attnviz.mediation.study)
+        from .mediation.study import run_cli
+
+        _threads(args.threads)
+        _quiet_loading()
+        return run_cli(args, read_data(args.data, None))
+
     _threads(args.threads)
     for flag, v in (("--n", args.n), ("--workers", args.workers), ("--batch-size", args.batch_size)):
         _at_least(flag, v)
@@ -599,6 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --engine ray: actors, each loading the model once (default: the cluster's CPUs / threads)")
     s.add_argument("--gpus-per-worker", type=float, default=None, help="with --engine ray: GPUs per actor (default 0)")
     s.add_argument("--batch-size", type=int, default=None, help="with --engine ray: sentences per task (default: automatic)")
+    s.add_argument("--mediation", action="store_true",
+                   help="causal mediation instead: minimal pairs from the data (subject's number / antecedent's "
+                        "gender changed), NIE per head, its concentration, head scores against it (local engine)")
+    s.add_argument("--kinds", default=None, help="with --mediation: attention,head_output (default both)")
     s.set_defaults(func=cmd_study)
 
     m = sub.add_parser("methods", help="list the methods and importance baselines (names, units, options)")
