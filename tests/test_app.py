@@ -92,8 +92,14 @@ def test_explore_default_view_matches_analyze(app_spec, lm):
         assert tr["x"] == labels_of(ref.tokens) and tr["y"] == labels_of(ref.tokens)
     # the prediction at [MASK]: top-5 tokens with their probabilities
     pred = chart(at, "prediction")["data"][0]
-    assert pred["y"] == [f"{k + 1}·{t}" for k, (t, _) in enumerate(ref.prediction)]
-    np.testing.assert_allclose(arr(pred["x"]), [p for _, p in ref.prediction], rtol=1e-6)
+    k = len(ref.prediction)
+    assert pred["y"][:k] == [f"{k + 1}·{t}" for k, (t, _) in enumerate(ref.prediction)]
+    np.testing.assert_allclose(arr(pred["x"])[:k], [p for _, p in ref.prediction], rtol=1e-6)
+    # below them the contrast word the top-k leaves out ("is" for the plural subject), the model's own p
+    if ref.choices:
+        probs = dict(zip(*ref.choices[0]))
+        assert pred["y"][k:] == ["…·is"]
+        np.testing.assert_allclose(arr(pred["x"])[k:], [probs["is"]], rtol=1e-6)
     # the row view: the target row of each map
     bars = chart(at, "rowbars")["data"]
     for tr, m in zip(bars, methods):
@@ -881,3 +887,191 @@ def test_a_map_washed_out_by_one_column_points_to_log_colours(app_spec, lm):
             from attnviz.app import ui
 
             assert ui.plain(f"{100 * share:.0f} % in column {j}·{tokens[j]}") in caps[0]
+
+
+# ------------------------------------------------------------------------------------ presets and presentation
+
+def _blank_probs(lm, text):
+    """The model's own next-word / [MASK] distribution at the blank, by a plain forward pass of the
+    Hugging Face model (no attnviz trace): -> (probabilities [vocab], token id of a word)."""
+    import torch
+
+    tok, model = lm.tokenizer, lm.model
+    if lm.task == "causal_lm":
+        enc = tok(text.split("[MASK]")[0].rstrip(), return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**enc).logits[0, -1]
+        word_id = lambda w: tok.convert_tokens_to_ids("Ġ" + w)  # noqa: E731 - the word-initial form
+    else:
+        enc = tok(text, return_tensors="pt")
+        pos = int((enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0])
+        with torch.no_grad():
+            logits = model(**enc).logits[0, pos]
+        word_id = tok.convert_tokens_to_ids
+    return torch.softmax(logits.double(), -1).numpy(), word_id
+
+
+def _check_presets(lm, table, least_p, least_ratio):
+    from attnviz.app import ui
+
+    rows = []
+    for name, text in table.items():
+        if text not in ui.STORY:
+            continue
+        subject, right, wrong = ui.STORY[text]
+        p, wid = _blank_probs(lm, text)
+        pr, pw = float(p[wid(right)]), float(p[wid(wrong)])
+        a = attnviz.analyze(lm, text, methods=["attention"])
+        top = a.prediction[0][0].lstrip("Ġ")
+        rows.append(f"{name:28s} {right} {pr:.3f}  {wrong} {pw:.2e}  ({pr / pw:,.0f}x)  top: {top}")
+        assert top == right, rows[-1]
+        assert pr >= least_p and pr >= least_ratio * pw, rows[-1]
+        assert ui.word_positions(a.tokens, subject), (text, subject)  # the story's subject is among the tokens
+    print("\n".join(rows))
+    return rows
+
+
+def test_presets_are_answered_right_and_confidently_by_the_builtin_model(app_spec, lm):
+    """Every example offered for a masked LM (the built-in model): the right form is the model's top
+    answer with p >= 0.3 and at least 100 times the wrong form's (the model's own forward pass)."""
+    from attnviz.app import ui
+
+    if app_spec != "builtin:agreement":
+        pytest.skip("the examples are chosen for builtin:agreement")
+    assert len(_check_presets(lm, ui.PRESETS, 0.3, 100)) == 6
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_causal_presets_are_answered_right_and_confidently_by_smollm2():
+    """Every example offered for a causal LM, on SmolLM2: the right form is its top word with p >= 0.15
+    and at least 5 times the wrong form's (the model's own forward pass on the words before the blank)."""
+    from attnviz.app import ui
+
+    assert len(_check_presets(attnviz.load_model("pkg:smollm2"), ui.CAUSAL_PRESETS, 0.15, 5)) == 6
+
+
+def test_figures_in_presentation_mode_have_no_text_under_the_bound():
+    """figures.heatmaps / row_bars / prediction_bars with font=18: every font size in the figure (ticks,
+    axis titles, colour-bar titles and numbers, panel titles, bar labels) is at least 18 px; the regular
+    figures keep their small sizes."""
+    from attnviz import figures
+
+    rng = np.random.default_rng(0)
+    labels = [f"{i}·w{i}" for i in range(12)]
+    mats = [rng.random((12, 12)) for _ in range(3)]
+
+    def sizes(d):
+        out = []
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k in ("font", "tickfont", "textfont") and isinstance(v, dict) and "size" in v:
+                    out.append(v["size"])
+                out += sizes(v)
+        elif isinstance(d, list):
+            for v in d:
+                out += sizes(v)
+        return out
+
+    for font in (None, 18):
+        figs = [figures.heatmaps(mats, labels, ["<b>A</b><br>head 1"] * 3, ["attention weight (share of 1)"] * 3,
+                                 target=3, title="Layer 1", font=font, width=figures.PRESENT_WIDTH if font else None),
+                figures.row_bars([m[3] for m in mats], labels, ["A", "B", "C"], ["w (share of 1)"] * 3, target=3, font=font),
+                figures.prediction_bars([("are", 0.6), ("is", 0.001)], extra=[("were", 1e-4)], font=font)]
+        got = [s for f in figs for s in sizes(f.to_dict())]
+        if font:
+            assert got and min(got) >= 18, sorted(got)[:5]
+        else:
+            assert min(got) < 12  # the regular look is unchanged
+    # presentation mode lays out 2 maps of 12 tokens side by side in a 1024 px window
+    fig = figures.heatmaps(mats[:2], labels, ["<b>A</b><br>head 1"] * 2, ["attention weight (share of 1)"] * 2,
+                           font=18, width=figures.PRESENT_WIDTH, cell_text=False).to_dict()
+    doms = [fig["layout"][k]["domain"] for k in ("xaxis", "xaxis2")]
+    assert doms[0][1] < doms[1][0]
+    assert fig["layout"]["yaxis"]["domain"] == fig["layout"]["yaxis2"]["domain"]
+
+
+def test_story_and_prediction_line_on_the_default_sentence(app_spec, lm):
+    """Presentation mode opens Explore where the story is: the layer and head whose target row puts the
+    most raw attention on the subject (argmax over analyze's heads, written here as a plain loop); the
+    headline says the prediction in one line with the contrast pair's ratio."""
+    from attnviz.app import ui
+
+    if app_spec != "builtin:agreement":
+        pytest.skip("the story needs the built-in model's examples")
+    at = new_app(app_spec, present="1").run()
+    no_exception(at)
+    ref = reference(lm, ui.DEFAULT_TEXT, ["attention"])
+    A = ref.maps["attention"].heads
+    keys = [i for i, t in enumerate(ref.tokens) if t == "keys"]
+    best, share = None, -1.0
+    for l in range(A.shape[0]):
+        for h in range(A.shape[1]):
+            s = sum(A[l, h, ref.target, j] for j in keys)
+            if s > share:
+                best, share = (l, h), s
+    assert at.session_state["layer"] == best[0] + 1 and at.session_state["head"] == str(best[1] + 1)
+    p, wid = _blank_probs(lm, ui.DEFAULT_TEXT)
+    want = f"are {p[wid('are')]:.3f} — {p[wid('are')] / p[wid('is')]:,.0f}× is"
+    body = " ".join(h.proto.body for h in at.get("html"))
+    assert want in body and f"{100 * share:.0f} %" in body, (want, body[:300])
+    # the methods picker is below the maps, in the options; the figures carry 18 px text
+    fig = chart(at, "maps")
+    assert fig["layout"]["xaxis"]["tickfont"]["size"] >= 18
+
+
+# ------------------------------------------------------------------------------------ one computation, shared
+
+def test_shared_store_computes_a_key_once_for_concurrent_requests(tmp_path):
+    """Two sessions asking for the same key at once: the second waits for the first (its waiting
+    callback runs while the first computes) and gets the very same result; compute ran once."""
+    import threading
+
+    from attnviz.app.store import SharedStore
+
+    store = SharedStore(maxsize=4, folder=tmp_path / "cache")
+    started, release, calls, waited = threading.Event(), threading.Event(), [], []
+
+    def compute(progress):
+        calls.append(1)
+        started.set()
+        release.wait(600)
+        return {"value": np.arange(3)}
+
+    got = {}
+    t1 = threading.Thread(target=lambda: got.setdefault("a", store.run(("k", 1), compute)))
+    t1.start()
+    started.wait(600)
+    t2 = threading.Thread(target=lambda: got.setdefault("b", store.run(("k", 1), compute,
+                                                                        waiting=lambda s: (waited.append(s), release.set()))))
+    t2.start()
+    t1.join(600)
+    t2.join(600)
+    assert len(calls) == 1 and waited, (calls, waited)
+    assert got["a"] is got["b"] and store.computed[("k", 1)] == 1
+    # another key is not held up by this one
+    assert store.run(("k", 2), lambda progress: 7) == 7
+
+
+def test_shared_store_keeps_results_on_disk_across_restarts_and_a_cancel_stores_nothing(tmp_path):
+    from attnviz.app.store import SharedStore
+    from attnviz.jobs import Cancelled
+
+    folder = tmp_path / "cache"
+    first = SharedStore(maxsize=4, folder=folder)
+    arr_ = np.linspace(0, 1, 5)
+    first.run(("m", "text"), lambda progress: {"maps": arr_})
+    again = SharedStore(maxsize=4, folder=folder)  # a restarted server: empty memory, the same folder
+    calls = []
+    got = again.run(("m", "text"), lambda progress: calls.append(1))
+    assert calls == [] and np.array_equal(got["maps"], arr_)
+
+    def cancelled(progress):
+        raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        again.run(("m", "other"), cancelled)
+    assert again.get(("m", "other")) is None and SharedStore(4, folder).get(("m", "other")) is None
+    assert again.run(("m", "other"), lambda progress: 5) == 5  # the next request computes it
+    # the disk tier is bounded (diskcache's size limit) and off under pytest unless a folder is named
+    assert SharedStore(4, folder, size_mb=2).disk.size_limit == 2 * 2 ** 20

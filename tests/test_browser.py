@@ -300,8 +300,9 @@ def test_downloads_are_real_files(server, browser, spec):
         with page.expect_download(timeout=600_000) as d:  # PNG/SVG are built on click (kaleido): minutes under load
             button.click(timeout=600_000)
         got[label] = Path(d.value.path()).read_bytes()
-    ref = attnviz.analyze(attnviz.load_model(spec), "the keys to the cabinet [MASK] on the table .",
-                          methods=["attention", "rollout"])
+    from attnviz.app import ui
+
+    ref = attnviz.analyze(attnviz.load_model(spec), ui.DEFAULT_TEXT, methods=["attention", "rollout"])
     doc = json.loads(got["Analysis as JSON"])
     assert doc["spec"] == spec and doc["tokens"] == ref.tokens and doc["attnviz_version"] == attnviz.__version__
     np.testing.assert_allclose(np.array(doc["maps"]["rollout"]["layer"]), ref.maps["rollout"].layer, rtol=1e-6)
@@ -705,3 +706,65 @@ def test_first_request_of_a_fresh_server_for_a_page_runs_the_whole_app(browser):
         assert "Model" in side and "Sentence" in side, side  # the sidebar app.py draws
         assert page.locator('[data-testid="stSidebarNav"] a').count() >= 8
         page.close()
+
+
+# ------------------------------------------------------------------------------------ presentation mode
+
+# the font size (px, as the browser computed it) of every text a person reads in the page's plotly
+# charts: titles, tick labels, axis titles, colour-bar titles and numbers, bar labels (hover excluded)
+FIGURE_FONTS_JS = """() => { const out = [];
+  for (const g of document.querySelectorAll('.js-plotly-plot')) {
+    for (const e of g.querySelectorAll('svg text')) {
+      if (!e.textContent.trim() || e.closest('.hoverlayer')) continue;
+      const r = e.getBoundingClientRect(); if (r.width <= 0 || r.height <= 0) continue;
+      out.push([parseFloat(getComputedStyle(e).fontSize), e.textContent.slice(0, 40)]); } }
+  return out.sort((a, b) => a[0] - b[0]); }"""
+# the plot areas of the maps chart's panels, top to bottom then left to right
+PANELS_JS = """() => [...document.querySelectorAll('.st-key-maps .js-plotly-plot .nsewdrag')]
+  .map(e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })"""
+
+
+def test_presentation_mode_reads_from_the_back_of_the_room(server, browser, spec):
+    """/?present=1 opens Explore in presentation mode: every figure text >= 15 px at 1024×768 and >= 18 px
+    at 1920×1080, the sidebar collapsed, the sentence, the prediction line and the first map's top above
+    the fold at 1024×768, the maps side by side, and the view opened at the head whose target row puts the
+    most raw attention on the subject (argmax over every layer and head of analyze's attention)."""
+    from attnviz.app import ui
+
+    lm = attnviz.load_model(spec)
+    ref = attnviz.analyze(lm, ui.DEFAULT_TEXT, methods=["attention"])
+    subj = [i for i, t in enumerate(ref.tokens) if t == "keys"]
+    A = ref.maps["attention"].heads  # [L, H, n, n]
+    best = max(((l, h) for l in range(A.shape[0]) for h in range(A.shape[1])),
+               key=lambda lh: sum(A[lh[0], lh[1], ref.target, j] for j in subj))
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/?present=1&model={quote(spec)}")
+    page.wait_for_function(HEATMAPS_AT_LEAST, arg=3, timeout=600_000)
+    wait_idle(page, timeout=600_000)
+    maps_title_has(page, f"layer {best[0] + 1} · head {best[1] + 1}", timeout=600_000)
+    report = []
+    for size, bound in (((1024, 768), 15), ((1920, 1080), 18)):
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        page.wait_for_function("w => { const s = document.querySelector('.st-key-maps .main-svg'); "
+                               "return !!s && Math.abs(s.getBoundingClientRect().width - w) < 1; }",
+                               arg=chart_width(page), timeout=600_000)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        fonts = page.evaluate(FIGURE_FONTS_JS)
+        panels = page.evaluate(PANELS_JS)
+        head = page.locator(".st-key-headline").bounding_box()
+        side = page.locator("[data-testid=stSidebar]").first.bounding_box()
+        report.append((size, len(fonts), fonts[0], round(panels[0][1]), round(head["y"])))
+        assert len(fonts) > 100 and fonts[0][0] >= bound, (size, fonts[:5])
+        assert side is None or side["x"] + side["width"] <= 1, side  # collapsed: nothing of it on screen
+        assert panels[0][1] == pytest.approx(panels[1][1], abs=1)  # the first two maps side by side
+        assert panels[1][0] > panels[0][0] + panels[0][2]
+        if size == (1024, 768):  # the sentence, the prediction line and the first map above the fold
+            assert 0 <= head["y"] and panels[0][1] < 768, (head, panels[0])
+            text = page.locator(".st-key-headline").inner_text()
+            assert "red ." in text and re.search(r"Prediction: are [\d.]+ — [\d,]+× is", text), text
+            assert f"Layer {best[0] + 1} · head {best[1] + 1}" in text and "keys" in text
+        page.screenshot(path=str(SHOTS / f"20_present_{size[0]}x{size[1]}.png"))
+    href = page.evaluate("location.href")
+    assert "present=1" in href and f"layer={best[0] + 1}" in href and f"head={best[1] + 1}" in href
+    print("presentation mode (window, figure texts, smallest font, first map top, headline top):", *report, sep="\n  ")
+    page.close()

@@ -36,7 +36,9 @@ def run() -> None:
 
     from attnviz.app import ui
 
-    st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout="wide")
+    present = str(st.query_params.get("present", "")).lower() in ("1", "true", "yes")  # presentation mode
+    st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout="wide",
+                       initial_sidebar_state="collapsed" if present else "auto")
 
     ui.init_state()
 

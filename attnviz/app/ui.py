@@ -23,6 +23,7 @@ from attnviz.text import readable_token
 from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,  # noqa: F401
                           view_jobs)
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
+from attnviz.app.store import SharedStore, cache_dir
 
 
 DEFAULT_SPEC = "builtin:agreement"
@@ -36,25 +37,45 @@ ASK_SECONDS = float(os.environ.get("ATTNVIZ_ASK_SECONDS", os.environ.get("ATTNVI
 # seconds to pause at every progress report: slow motion for tests and live demonstrations of Cancel (0: off)
 PROGRESS_PAUSE = float(os.environ.get("ATTNVIZ_PROGRESS_PAUSE", "0") or 0)
 
-# examples for masked LMs (the built-in models, BERT family) ...
+# examples for masked LMs (the built-in models, BERT family): each is answered right, with the
+# right form far ahead of the wrong one, by builtin:agreement (pinned by tests/test_app.py, which
+# prints the probabilities) ...
 PRESETS = {
-    "Verb number, no attractor": "the keys [MASK] on the table .",
-    "Verb number, 1 attractor": "the keys to the cabinet [MASK] on the table .",
-    "Verb number, 2 attractors": "the key to the cabinets near the doors [MASK] on the table .",
-    "Verb number, 3 attractors": "the keys to the cabinet near the door of the kitchen [MASK] on the table .",
-    "Pronoun resolution": "the queen who met the boys talked to the king about [MASK] garden .",
+    "Verb number, no attractor": "the keys [MASK] red .",
+    "Verb number, 1 attractor": "the keys to the cabinet [MASK] red .",
+    "Verb number, 2 attractors": "the key to the cabinets near the doors [MASK] red .",
+    "Verb number, 3 attractors": "the keys to the cabinet near the door of the kitchen [MASK] red .",
+    "Pronoun resolution": "the woman who met the boys lost [MASK] keys .",
+    "Pronoun resolution (his)": "the man who met the girls lost [MASK] phone .",
     "No [MASK] (target = first token)": "the dogs in the garden are happy .",
 }
 # ... and for causal LMs, which read only the words before [MASK]: each one is answered right by
-# SmolLM2-135M-Instruct (pkg:smollm2; pinned by tests/test_real_models.py)
+# SmolLM2-135M-Instruct (pkg:smollm2), the right form top of the list and ahead of the wrong one by 6x
+# or more (pinned by tests/test_app.py and tests/test_real_models.py)
 CAUSAL_PRESETS = {
-    "Verb number, no attractor": "the cats [MASK] sleeping on the sofa .",
-    "Verb number, 1 attractor": "the keys to the cabinet [MASK] on the table .",
-    "Verb number, 2 attractors": "the key to the cabinets near the doors [MASK] on the table .",
-    "Verb number, 3 attractors": "the keys to the cabinet near the door of the kitchen [MASK] on the table .",
-    "Pronoun resolution (her)": "the woman who talked to the boys lost [MASK] phone .",
-    "Pronoun resolution (his)": "the boy who met the girls lost [MASK] keys .",
+    "Verb number, no attractor": "The cats [MASK] sleeping on the sofa .",
+    "Verb number, 1 attractor": "The keys to the cabinet [MASK] on the table .",
+    "Verb number, 2 attractors": "The key to the cabinets near the doors [MASK] on the table .",
+    "Verb number, 3 attractors": "The keys to the cabinet near the door of the kitchen [MASK] on the table .",
+    "Pronoun resolution (her)": "The mother told the boys that she had lost [MASK] keys .",
+    "Pronoun resolution (his)": "John told the girls that he had lost [MASK] keys .",
     "No [MASK] (target = last token)": "the dogs in the garden are",
+}
+# what each example is about: the subject the blank agrees with, the right form and the wrong one
+# (the contrast pair shown beside the prediction)
+STORY = {
+    PRESETS["Verb number, no attractor"]: ("keys", "are", "is"),
+    PRESETS["Verb number, 1 attractor"]: ("keys", "are", "is"),
+    PRESETS["Verb number, 2 attractors"]: ("key", "is", "are"),
+    PRESETS["Verb number, 3 attractors"]: ("keys", "are", "is"),
+    PRESETS["Pronoun resolution"]: ("woman", "her", "his"),
+    PRESETS["Pronoun resolution (his)"]: ("man", "his", "her"),
+    CAUSAL_PRESETS["Verb number, no attractor"]: ("cats", "are", "is"),
+    CAUSAL_PRESETS["Verb number, 1 attractor"]: ("keys", "are", "is"),
+    CAUSAL_PRESETS["Verb number, 2 attractors"]: ("key", "is", "are"),
+    CAUSAL_PRESETS["Verb number, 3 attractors"]: ("keys", "are", "is"),
+    CAUSAL_PRESETS["Pronoun resolution (her)"]: ("she", "her", "his"),
+    CAUSAL_PRESETS["Pronoun resolution (his)"]: ("he", "his", "her"),
 }
 DEFAULT_TEXT = PRESETS["Verb number, 1 attractor"]
 DEFAULT_METHODS = list(METHODS.default_view())  # MethodInfo.default_view
@@ -65,7 +86,7 @@ AUTO = -1  # the target / source pickers' "automatic" / "all" choice
 # follows when a session starts, because Streamlit can leave the path of the URL one page behind
 # after st.switch_page)
 URL_KEYS = {"spec": "model", "text": "text", "methods": "methods", "layer": "layer", "head": "head",
-            "target": "target", "hide": "hide", "merge": "merge", "cells": "cells"}
+            "target": "target", "hide": "hide", "merge": "merge", "cells": "cells", "present": "present"}
 # widgets bound to the URL by Streamlit itself (bind="query-params" on Explore): sync_url leaves them alone
 BOUND = ("layer", "head", "hide", "merge", "cells")
 
@@ -153,6 +174,9 @@ def init_state() -> None:
     ss.hide = qp.get("hide", "false").lower() in ("1", "true", "yes")
     ss.merge = qp.get("merge", "false").lower() in ("1", "true", "yes")
     ss.cells = qp.get("cells", "false").lower() in ("1", "true", "yes")
+    ss.present = qp.get("present", "0").lower() in ("1", "true", "yes")
+    # presentation mode without a layer or head in the URL opens where the story is (Explore: story())
+    ss._story = ss.present and "layer" not in qp and "head" not in qp
     ss.cap = DEFAULT_CAP
     ss.preset = PRESET_NONE
     ss._wanted_page = qp.get("page")
@@ -166,12 +190,14 @@ def url_state() -> dict:
             "layer": str(ss.get("layer", 1)), "head": str(ss.get("head", "all")),
             "target": "auto" if target() is None else str(target()),
             "hide": "true" if ss.get("hide") else "false", "merge": "true" if ss.get("merge") else "false",
-            "cells": "true" if ss.get("cells") else "false"}
+            "cells": "true" if ss.get("cells") else "false", **({"present": "1"} if ss.get("present") else {})}
 
 
 def sync_url(force: bool = False) -> None:
     """Mirror the view state into st.query_params (only keys whose value changed)."""
     want = url_state()
+    if "present" not in want and "present" in st.query_params:
+        del st.query_params["present"]
     for k, v in want.items():
         if k in BOUND:
             continue
@@ -227,6 +253,7 @@ def _apply_preset() -> None:
     if choice in table:
         st.session_state.text = table[choice]
         st.session_state.target = AUTO
+        st.session_state._story = bool(st.session_state.get("present"))  # open the new example where its story is
     st.session_state.preset = PRESET_NONE
 
 
@@ -272,6 +299,11 @@ def _spec_label(s: str) -> str:
 
 
 # pages that do not read the sidebar's sentence: what the sentence box says there instead of how to write it
+def _present_switched() -> None:
+    """Presentation mode turned on (a callback): the next Explore run opens where the story is."""
+    st.session_state._story = bool(st.session_state.get("present"))
+
+
 OWN_SENTENCES = {"minimal_pair": "**Not used on this page:** Minimal pair compares its own two sentences, "
                                  "A and B, written on the page. This box is for the other pages."}
 
@@ -284,6 +316,10 @@ def sidebar() -> None:
         note = st.session_state.get("_fallback_note")
         if note and spec() != DEFAULT_SPEC:
             st.info(plain(note), icon=":material/info:")
+        st.toggle("Presentation mode", key="present", on_change=_present_switched,
+                  help="For a projector: large text in every figure, maps side by side, the sentence, the "
+                       "prediction and the first map on the first screen, the view opened where the story is. "
+                       "In the URL as present=1.")
         st.selectbox("Examples", [PRESET_NONE] + list(presets()), key="preset", on_change=_apply_preset)
         st.text_area("Sentence", key="text", persist_state="session", on_change=_reset_target, height=110,
                      help="Write [MASK] where the model should predict a word.")
@@ -510,9 +546,10 @@ def page(title: str, caption: str):
     return lm
 
 
-# finished results of long computations (the analyses and the pages' jobs), shared by every session:
-# the 64 used last are kept (attnviz.jobs.ResultCache); they are shared, never changed in place
-RESULTS = ResultCache(maxsize=64)
+# finished results of long computations (the analyses and the pages' jobs), shared by every session and
+# tab of the server: the 64 used last in memory, more on disk across restarts, one computation per key at
+# a time (attnviz.app.store.SharedStore); they are shared, never changed in place
+RESULTS = SharedStore(maxsize=64, folder=cache_dir())
 
 
 def cached_result(key: tuple):
@@ -536,8 +573,12 @@ def with_progress(key: tuple, compute, what: str, cancel_key=None):
         bar.progress(f, text=f"{what}: {name}{100 * f:.0f} %{left}")
 
     cancelled = None if cancel_key is None else (lambda: cancel_key in st.session_state.get("_cancelled", set()))
+
+    def waiting(seconds) -> None:  # another session computes the same: its result is ours when it ends
+        bar.progress(0.0, text=f"{what}: being computed for another session or tab — waiting for it ({seconds:.0f} s)")
+
     try:
-        return RESULTS.run(key, compute, report=report, cancelled=cancelled, pause=PROGRESS_PAUSE)
+        return RESULTS.run(key, compute, waiting=waiting, report=report, cancelled=cancelled, pause=PROGRESS_PAUSE)
     finally:
         bar.empty()
 
@@ -774,3 +815,153 @@ def clamp_layer_head(L: int, H: int) -> None:
     ss.layer = min(max(1, _parse_int(ss.get("layer"), 1)), L)
     h = head_index()
     ss.head = "all" if h == 0 or h > H else str(h)
+
+
+# ------------------------------------------------------------------------------------ presentation mode
+
+def present() -> bool:
+    """Presentation mode is on (the sidebar's switch, present=1 in the URL)."""
+    return bool(st.session_state.get("present"))
+
+
+def fig_font():
+    """The smallest font (px) for every text of a figure: figures.PRESENT_FONT in presentation mode, else
+    None (the regular sizes)."""
+    return figures.PRESENT_FONT if present() else None
+
+
+PRESENT_CSS = """<style>
+.block-container, [data-testid="stMainBlockContainer"] {padding-top: 3.8rem !important; padding-bottom: 2rem !important;}
+.st-key-headline p {margin-bottom: 0.1rem;}
+</style>"""
+
+
+def present_style() -> None:
+    """Presentation mode's page style: less empty space above the first line."""
+    st.html(PRESENT_CSS)
+
+
+DETERMINERS = {"the", "a", "an", "this", "that", "these", "those", "my", "his", "her", "their", "our", "its"}
+
+
+def subject_word(text_: str):
+    """The subject an example is about (STORY), else the word after the sentence's first determiner
+    ("the keys to the cabinet ..." -> "keys"), else None."""
+    if text_ in STORY:
+        return STORY[text_][0]
+    words = re.findall(r"[\w']+|\[MASK\]", text_.lower())
+    for w, nxt in zip(words, words[1:]):
+        if w in DETERMINERS and nxt.isalpha():
+            return nxt
+    return None
+
+
+def word_positions(tokens, word: str) -> list:
+    """The token positions that spell `word`: its one token, or the pieces it is split into."""
+    clean = [readable_token(t).strip().lower() for t in tokens]
+    hits = [i for i, c in enumerate(clean) if c == word.lower()]
+    if hits:
+        return hits[:1]
+    for i, c in enumerate(clean):  # a word split into pieces: the pieces that spell it from token i on
+        got, j = "", i
+        while j < len(clean) and len(got) < len(word) and word.lower().startswith(got + clean[j].lstrip("#")) and clean[j]:
+            got += clean[j].lstrip("#")
+            j += 1
+        if got == word.lower():
+            return list(range(i, j))
+    return []
+
+
+def story(a):
+    """Where an Analysis's story is: (layer, head, share, word), 0-based layer and head, the raw-attention
+    head whose target row puts the most weight on the subject (subject_word), share that weight; None
+    without raw attention per head, a target or a subject found in the tokens."""
+    mp = a.maps.get("attention")
+    if mp is None or mp.heads is None or a.target is None:
+        return None
+    word = subject_word(a.text if not a.blank else text())
+    pos = word_positions(a.tokens, word) if word else []
+    pos = [p for p in pos if p != a.target]
+    if not pos:
+        return None
+    w = mp.heads[:, :, a.target][..., pos].sum(-1)  # [L, H]
+    l, h = (int(x) for x in divmod(int(w.argmax()), w.shape[1]))
+    return l, h, float(w[l, h]), word
+
+
+def open_story(a) -> None:
+    """Once after presentation mode starts or an example is picked: the layer and head of story(a)."""
+    ss = st.session_state
+    if not ss.get("_story"):
+        return
+    ss._story = False
+    got = story(a)
+    if got is not None:
+        ss.layer, ss.head = got[0] + 1, str(got[1] + 1)
+        st.query_params["layer"], st.query_params["head"] = str(ss.layer), ss.head  # the link opens here too
+
+
+def contrast(a):
+    """The words the blank chooses between, with the model's probabilities, the right one first when the
+    example says which: [(word, p)], or [] where there is no such choice (Analysis.choices)."""
+    typed = text()
+    if typed in STORY and a.choices:
+        _, right, wrong = STORY[typed]
+        for words, probs in a.choices:
+            if right in words and wrong in words:
+                got = dict(zip(words, probs))
+                return [(right, got[right]), (wrong, got[wrong])] + [(w, p) for w, p in zip(words, probs)
+                                                                     if w not in (right, wrong)]
+    groups = _ranked_choices(a)
+    return groups[0] if groups else []
+
+
+def ratio_text(p1: float, p2: float) -> str:
+    """How many times p1 is p2: "277×", "1.4×", "∞"."""
+    if p2 <= 0:
+        return "∞"
+    r = p1 / p2
+    return f"{r:,.0f}×" if r >= 10 else f"{r:.1f}×"
+
+
+def prediction_line(a):
+    """The prediction in one line: "are 0.61 — 277× is" (the contrast pair, the likelier first) or the
+    top word and its probability; None without a prediction."""
+    if not a.prediction:
+        return None
+    pair = contrast(a)
+    if len(pair) >= 2:
+        (w1, p1), (w2, p2) = sorted(pair[:2], key=lambda wp: -wp[1])
+        return f"{w1} {_p(p1)} — {ratio_text(p1, p2)} {w2}"
+    word, p = a.prediction[0]
+    return f"{readable_token(word).strip()} {_p(p)}"
+
+
+def extra_bars(a) -> list:
+    """The contrast words the top-k list leaves out, as (word, p), for figures.prediction_bars(extra=)."""
+    top = {readable_token(t).strip().lower() for t, _ in a.prediction}
+    return [(w, p) for w, p in contrast(a) if w.lower() not in top]
+
+
+def show_contrast(a) -> None:
+    """The contrast words side by side, each with its probability (large); the right one marked when
+    the example says which, so a wrong form ahead ("their" for "she ... lost [MASK] keys") shows at once."""
+    import html as _html
+
+    pair = contrast(a)
+    if len(pair) < 2:
+        return
+    typed = text()
+    right = STORY[typed][1] if typed in STORY else None
+    top = max(p for _, p in pair)
+    cells = []
+    for w, p in pair:
+        mark = ""
+        if right is not None:
+            mark = " ✓" if w == right else ""
+        lead = p == top
+        colour = "#2ca02c" if lead and (right is None or w == right) else ("#d62728" if lead else "#555")
+        cells.append(f'<div style="flex:1;min-width:7em;border:1px solid #ddd;border-radius:6px;padding:4px 10px">'
+                     f'<div style="font-size:1.1rem;color:#555">p(<b>{_html.escape(w)}</b>){mark}</div>'
+                     f'<div style="font-size:1.9rem;font-weight:700;color:{colour}">{_p(p)}</div></div>')
+    st.html(f'<div class="contrast" style="display:flex;gap:10px;flex-wrap:wrap">{"".join(cells)}</div>')

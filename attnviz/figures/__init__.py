@@ -18,12 +18,14 @@ from .faithfulness import importance_figure, study_figure
 from .graph import MAX_GRAPH_TOKENS, attention_graph, graph_figure, graph_methods
 from .heads import GRID_MAX_TOKENS, block_labels, block_pool, head_grid
 from .lineview import line_view_html
-from .maps import (LONG_MAP_PX, MAX_CELL_TEXT, MIN_WIDTH, TICK_PX, View, auto_columns, heatmap, heatmaps,
-                   make_view, panel_min_px, ratio_heatmap, row_label_every, row_ticks, y_label_px)
+from .maps import (LONG_MAP_PX, MAX_CELL_TEXT, MIN_WIDTH, PRESENT_FONT, PRESENT_WIDTH, TICK_PX, Sizes, View,
+                   auto_columns, heatmap, heatmaps, make_view, panel_min_px, ratio_heatmap, row_label_every,
+                   row_ticks, sizes, y_label_px)
 from .style import FONT, HIGHLIGHT, SEQ_COLORS, layer_axis
 
 __all__ = ["prediction_bars", "row_bars", "importance_figure", "study_figure", "MAX_GRAPH_TOKENS",
            "attention_graph", "graph_figure", "graph_methods", "GRID_MAX_TOKENS", "block_labels", "block_pool", "head_grid",
-           "line_view_html", "LONG_MAP_PX", "MAX_CELL_TEXT", "MIN_WIDTH", "TICK_PX", "View", "auto_columns",
+           "line_view_html", "LONG_MAP_PX", "MAX_CELL_TEXT", "MIN_WIDTH", "PRESENT_FONT", "PRESENT_WIDTH", "TICK_PX",
+           "Sizes", "sizes", "View", "auto_columns",
            "heatmap", "heatmaps", "make_view", "panel_min_px", "ratio_heatmap", "row_label_every", "row_ticks",
            "y_label_px", "FONT", "HIGHLIGHT", "SEQ_COLORS", "layer_axis"]

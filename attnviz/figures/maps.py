@@ -6,6 +6,7 @@ source; layers count from 1 in titles. Labels come from attnviz.text (position f
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import re
@@ -16,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..text import SEP, clean_token, group_text, word_groups
-from .style import AXIS, DIV_SCALE, HIGHLIGHT, SEQ_SCALE, raw_figure
+from .style import AXIS, DIV_SCALE, HIGHLIGHT, LAYOUT, SEQ_SCALE, raw_figure
 
 MAX_CELL_TEXT = 24  # write the value inside each heatmap cell up to this many tokens
 
@@ -78,6 +79,48 @@ TICK_PX = 14  # x / y tick spacing that keeps 10 px labels apart
 TITLE_CHAR_PX = 7.6  # 13 px bold title
 CBAR_CHAR_PX = 5.8  # 10 px colour-bar title
 LABEL_CHAR_PX = 5.9  # 10 px tick label
+# presentation mode: every text at least PRESENT_FONT px, laid out for a 1024 px window with the
+# sidebar collapsed (PRESENT_WIDTH px of chart)
+PRESENT_FONT = 18
+PRESENT_WIDTH = 860
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Font sizes (px) of a map grid's texts and the layout numbers that follow from them."""
+
+    tick: float = 10  # tick labels
+    axis: float = 11  # axis titles
+    cbar_tick: float = 9  # colour-bar numbers
+    cbar_title: float = 10
+    panel: float = 13  # panel titles
+    title: float = 15  # the figure's title
+    cell: float = 10  # numbers written in cells
+    min_cell: float = 0  # the narrowest a cell may be (room for its number)
+
+    @property
+    def tick_px(self) -> float:  # spacing of ticks that keeps labels apart
+        return max(TICK_PX, 1.4 * self.tick, self.min_cell)
+
+    @property
+    def label_char_px(self) -> float:
+        return LABEL_CHAR_PX * self.tick / 10
+
+    @property
+    def title_char_px(self) -> float:
+        return TITLE_CHAR_PX * self.panel / 13
+
+    @property
+    def cbar_char_px(self) -> float:
+        return CBAR_CHAR_PX * self.cbar_title / 10
+
+
+def sizes(font: Optional[float] = None) -> Sizes:
+    """The regular sizes (font None), or every text at least `font` px (presentation mode)."""
+    if not font:
+        return Sizes()
+    f = float(font)
+    return Sizes(tick=f, axis=f, cbar_tick=f, cbar_title=f, panel=f + 2, title=f + 4, cell=f)
 
 
 def _text_px(s: str, per_char: float) -> float:
@@ -87,32 +130,44 @@ def _text_px(s: str, per_char: float) -> float:
                            for x in lines), default=0)
 
 
-def panel_min_px(n: int, titles: Sequence[str], cbar_titles: Sequence[str]) -> float:
-    """The narrowest a map panel may be: TICK_PX per token, and room for its title and colour-bar title."""
-    return max(120.0, TICK_PX * n + 8, max((_text_px(t, TITLE_CHAR_PX) for t in titles), default=0) + 8,
-               max((_text_px(t, CBAR_CHAR_PX) for t in cbar_titles), default=0) + 8)
+def panel_min_px(n: int, titles: Sequence[str], cbar_titles: Sequence[str], sz: Sizes = Sizes(),
+                 wrap: bool = False) -> float:
+    """The narrowest a map panel may be: sz.tick_px per token, and room for its title and colour-bar
+    title (wrap: the colour-bar title may go on two lines, before its parenthesis, see wrap_title)."""
+    if wrap:
+        cbar_titles = [wrap_title(t, sz.cbar_char_px, 0) for t in cbar_titles]
+    return max(120.0, sz.tick_px * n + 8, max((_text_px(t, sz.title_char_px) for t in titles), default=0) + 8,
+               max((_text_px(t, sz.cbar_char_px) for t in cbar_titles), default=0) + 8)
 
 
-def y_label_px(labels: Sequence[str]) -> float:
+def y_label_px(labels: Sequence[str], sz: Sizes = Sizes()) -> float:
     """Room the y tick labels and the y axis title take left of the first column."""
-    return max((_text_px(l, LABEL_CHAR_PX) for l in labels), default=0) + 40
+    return max((_text_px(l, sz.label_char_px) for l in labels), default=0) + 29 + sz.axis
 
 
 def auto_columns(k: int, labels: Sequence[str], titles: Sequence[str], cbar_titles: Sequence[str],
-                 width: float = MIN_WIDTH, gap_px: float = 28.0) -> int:
+                 width: float = MIN_WIDTH, gap_px: float = 28.0, sz: Sizes = Sizes()) -> int:
     """How many map panels fit side by side in `width` px without labels or titles colliding."""
-    need = panel_min_px(len(labels), titles, cbar_titles)
-    room = width - y_label_px(labels)
+    need = panel_min_px(len(labels), titles, cbar_titles, sz, wrap=sz != Sizes())
+    room = width - y_label_px(labels, sz)
     return int(max(1, min(k, (room + gap_px) // (need + gap_px))))
+
+
+def wrap_title(s: str, per_char: float, width: float) -> str:
+    """A colour-bar title too wide for `width` px split before its parenthesis (one <br>)."""
+    if _text_px(s, per_char) + 8 <= width or " (" not in s:
+        return s
+    head, tail = s.split(" (", 1)
+    return f"{head}<br>({tail}"
 
 
 LONG_MAP_PX = 840  # the tallest a map gets (60 rows at TICK_PX); longer texts label every k-th row
 
 
-def row_label_every(n: int) -> int:
-    """1 while n rows at TICK_PX fit in LONG_MAP_PX; else the stride k of the labelled rows of a map
+def row_label_every(n: int, tick_px: float = TICK_PX) -> int:
+    """1 while n rows at tick_px fit in LONG_MAP_PX; else the stride k of the labelled rows of a map
     LONG_MAP_PX tall."""
-    return 1 if TICK_PX * n <= LONG_MAP_PX else -(-TICK_PX * n // LONG_MAP_PX)
+    return 1 if tick_px * n <= LONG_MAP_PX else int(-(-tick_px * n // LONG_MAP_PX))
 
 
 def row_ticks(n: int, every: int, target: Optional[int] = None) -> list:
@@ -167,9 +222,12 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
              cell_text: Optional[bool] = None, height: Optional[int] = None, *, title: str = "",
              hover_titles: Optional[Sequence[str]] = None, cols: Optional[int] = None,
              zmax: Optional[Sequence[Optional[float]]] = None, log: bool = False,
-             diverging: Optional[Sequence[bool]] = None) -> go.Figure:
+             diverging: Optional[Sequence[bool]] = None, font: Optional[float] = None,
+             width: Optional[float] = None, max_cols: Optional[int] = None) -> go.Figure:
     """k maps [n, n] with shared token labels [n] -> one figure, the maps in a grid of `cols` columns
-    (default auto_columns: as many as fit at MIN_WIDTH px), wrapped onto more rows.
+    (default auto_columns: as many as fit at `width` px, MIN_WIDTH unless given, at most max_cols),
+    wrapped onto more rows. font: every text at least this many px (presentation mode; the layout
+    grows with it), else the regular sizes (sizes()).
 
     titles: short panel titles (may hold one <br>); hover_titles: the long form, shown when hovering
     the title or a cell. value_names: the colour bars' titles (quantity and unit). Each panel has its
@@ -187,24 +245,32 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
     zmax = list(zmax) if zmax is not None else [None] * k
     diverging = list(diverging) if diverging is not None else [False] * k
     cbar_titles = [v + (" (log scale)" if log and not d else "") for v, d in zip(value_names, diverging)]
-    ncol = int(cols) if cols else auto_columns(k, labels, titles, cbar_titles)
-    ncol = max(1, min(k, ncol))
-    nrow = -(-k // ncol)
     cell_text = (n <= MAX_CELL_TEXT) if cell_text is None else cell_text
+    sz = sizes(font)
+    if font and cell_text:  # "0.12" in each cell at the large size: wider cells
+        sz = dataclasses.replace(sz, min_cell=2.4 * sz.cell)
+    room = float(width or MIN_WIDTH)
+    ncol = int(cols) if cols else auto_columns(k, labels, titles, cbar_titles, room, sz=sz)
+    ncol = max(1, min(k, ncol, max_cols or k))
+    if font:  # a colour-bar title wider than its panel goes on two lines
+        panel = (room - y_label_px(labels, sz)) / ncol - 28
+        cbar_titles = [wrap_title(t, sz.cbar_char_px, panel) for t in cbar_titles]
+    nrow = -(-k // ncol)
     # ---- vertical layout in pixels
     n_title_lines = max((str(t).count("<br>") + 1 for t in titles), default=1)
-    T = 8 + 18 * n_title_lines  # panel title
+    T = 8 + (sz.panel + 5) * n_title_lines  # panel title
     # the map itself: TICK_PX a row, every row labelled, up to LONG_MAP_PX; a longer text gets a map
     # of LONG_MAP_PX with every k-th row labelled (and the target's), so it stays a picture, not a strip
-    every_row = row_label_every(n)
-    P = LONG_MAP_PX if every_row > 1 else int(max(TICK_PX * n, min(380, 24 * n)))
+    every_row = row_label_every(n, sz.tick_px)
+    P = LONG_MAP_PX if every_row > 1 else int(max(sz.tick_px * n, min(380, 24 * n)))
     cell_gap = 1 if n <= 64 else 0  # a 1 px gap between cells of 1-3 px would hide the map
-    X = int(max((_text_px(l, LABEL_CHAR_PX) for l in labels), default=0)) + 14  # x tick labels, read downwards
-    XT = 24  # x axis title
-    C = 58  # colour bar: title, bar, tick labels
+    X = int(max((_text_px(l, sz.label_char_px) for l in labels), default=0)) + 14  # x tick labels, read downwards
+    XT = int(sz.axis + 13)  # x axis title
+    cb_lines = max((t.count("<br>") + 1 for t in cbar_titles), default=1)
+    C = int(cb_lines * (sz.cbar_title + 4) + 10 + sz.cbar_tick + 25)  # colour bar: title, bar, tick labels
     G = 18  # between rows
     block = T + P + X + XT + C + G
-    top = 40 if title else 8
+    top = int(sz.title + 25) if title else 8
     H = height or int(top + nrow * block + 4)
     paper_h = H - top - 4
 
@@ -234,8 +300,8 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
                   xgap=cell_gap, ygap=cell_gap)
         cbar = dict(orientation="h", x=(x0 + x1) / 2, xanchor="center", y=py(y_top + P + X + XT + 2),
                     yanchor="top", yref="paper", len=w * 0.96, lenmode="fraction", thickness=10,
-                    tickfont=dict(size=9), ypad=0, xpad=0,
-                    title=dict(text=cbar_titles[c], side="top", font=dict(size=10)))
+                    tickfont=dict(size=sz.cbar_tick), ypad=0, xpad=0,
+                    title=dict(text=cbar_titles[c], side="top", font=dict(size=sz.cbar_title)))
         if diverging[c]:
             m = zmax[c] if zmax[c] is not None else (float(np.abs(finite).max()) if finite.size else 1.0)
             m = m if m > 0 else 1.0
@@ -260,16 +326,17 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
         hm["colorbar"] = cbar
         if cell_text:
             hm.update(text=[[f"{v:.2f}" for v in row] for row in shown], texttemplate="%{text}",
-                      textfont=dict(size=8 if n > 16 else 10))
+                      textfont=dict(size=max(8 if n > 16 else 10, sz.cell)))
         data.append(hm)
         layout["xaxis" + ax] = dict(AXIS, domain=[x0, x1], anchor="y" + ax, tickangle=-90, type="category",
-                                    tickmode="linear", dtick=1, tickfont=dict(size=10), automargin=False,
-                                    title=dict(text="source (column j)", font=dict(size=11), standoff=6))
+                                    tickmode="linear", dtick=1, tickfont=dict(size=sz.tick), automargin=False,
+                                    title=dict(text="source (column j)", font=dict(size=sz.axis),
+                                               standoff=6 if sz == Sizes() else 10))
         first_in_row = cc == 0
-        y = dict(AXIS, autorange="reversed", type="category", tickmode="linear", dtick=1, tickfont=dict(size=10),
+        y = dict(AXIS, autorange="reversed", type="category", tickmode="linear", dtick=1, tickfont=dict(size=sz.tick),
                  anchor="x" + ax, domain=[y0, y1])
         if first_in_row:
-            y.update(title=dict(text="receiving (row i)", font=dict(size=11), standoff=6))
+            y.update(title=dict(text="receiving (row i)", font=dict(size=sz.axis), standoff=6 if sz == Sizes() else 16))
             if every_row > 1:
                 rows = row_ticks(n, every_row, target)
                 y.update(tickmode="array", tickvals=[labels[i] for i in rows],
@@ -280,12 +347,14 @@ def heatmaps(mats: Sequence[np.ndarray], labels: Sequence[str], titles: Sequence
             y.update(matches="y" + ("" if r * ncol == 0 else str(r * ncol + 1)), showticklabels=False)
         layout["yaxis" + ax] = y
         notes.append(dict(text=str(titles[c]), x=(x0 + x1) / 2, y=y1, xref="paper", yref="paper", xanchor="center",
-                          yanchor="bottom", showarrow=False, yshift=4, font=dict(size=13),
+                          yanchor="bottom", showarrow=False, yshift=4, font=dict(size=sz.panel),
                           hovertext=str(hover_titles[c]), captureevents=True, name=f"title {c}"))
     layout.update(annotations=notes, height=H, margin=dict(l=10, r=10, t=top, b=4))
+    if font:
+        layout["font"] = dict(LAYOUT["font"], size=sz.tick)
     if title:
         layout["title"] = dict(text=title, x=0.0, xref="paper", xanchor="left", y=1.0, yref="container",
-                               yanchor="top", pad=dict(t=8), font=dict(size=15))
+                               yanchor="top", pad=dict(t=8), font=dict(size=sz.title))
     return raw_figure(data, layout)
 
 

@@ -17,7 +17,7 @@ from attnviz import figures
 from attnviz.text import clean_token, readable_token, token_labels
 from attnviz.adversarial.pipeline import run_pipeline
 from attnviz.errors import AttnvizError, InputError
-from attnviz.jobs import Cancelled, ResultCache, run
+from attnviz.jobs import Cancelled
 from attnviz.trace import encode
 from attnviz.app import ui
 
@@ -97,10 +97,10 @@ key = (lm.spec, enc.text, enc.target, ui.cap(), site, lambdas, steps, restarts, 
 
 
 b1, b2 = st.columns([2, 3])  # wide enough for the whole button label at 1024 px
-# results live in this session's state, keyed by everything they depend on (the 8 used last kept), and
-# so do the estimates (32)
-results = ss.setdefault("adv_results", ResultCache(maxsize=8))
-ests = ss.setdefault("adv_estimates", ResultCache(maxsize=32))
+# results are shared by every session and tab of the server (and kept on disk: ui.RESULTS), keyed by
+# everything they depend on, and so are the estimates; a second tab asking while a search runs waits for it
+results = ests = ui.RESULTS
+key, est_key = ("adversarial",) + key, ("adversarial estimate",) + key
 CANCELLED = ("Cancelled: the search was stopped and nothing of it was kept. Fewer λ values, restarts or steps "
              "(Search settings), a shorter text or a head in a higher layer make it faster.")
 
@@ -121,12 +121,15 @@ if b1.button("Compute the frontier", key="adv_go", icon=":material/play_arrow:",
         bar.progress(f, text=f"Searching for adversarial attention: {stage}, {100 * f:.0f} %{left}")
 
     try:
-        results.put(key, run(lambda progress: run_pipeline(
+        def waiting(seconds):
+            bar.progress(0.0, text=f"The same search runs for another session or tab — waiting for it ({seconds:.0f} s)")
+
+        results.run(key, lambda progress: run_pipeline(
             lm, ui.text(), site, lambdas=lambdas, steps=steps, restarts=restarts, jw_steps=jw_steps,
             seeds=tuple(seed_specs) if use_seeds else (), target=enc.target, max_tokens=ui.cap(),
-            progress=progress, load=ui._load),
-            report=report, cancelled=lambda: ss.get("adv_cancelled", False), estimate=ests.get(key),
-            pause=ui.PROGRESS_PAUSE))
+            progress=progress, load=ui._load), waiting=waiting,
+            report=report, cancelled=lambda: ss.get("adv_cancelled", False), estimate=ests.get(est_key),
+            pause=ui.PROGRESS_PAUSE)
     except Cancelled:
         ss.pop("adv_cancelled", None)
         st.info(CANCELLED, icon=":material/cancel:")
@@ -140,10 +143,10 @@ res = results.get(key)
 if res is None:
     # the time it will take, from a few timed steps of this very search (cached per setting): at a
     # head in layer 1 of SmolLM2 it is minutes, at the top layer of the built-in model seconds
-    if key not in ests:
+    if est_key not in ests:
         try:
             with st.spinner("Timing a step of the search…"):
-                ests.put(key, A.estimate_seconds(lm, ui.text(), site, lambdas=list(lambdas), steps=steps,
+                ests.put(est_key, A.estimate_seconds(lm, ui.text(), site, lambdas=list(lambdas), steps=steps,
                                                  restarts=restarts, target=enc.target, jw_steps=jw_steps,
                                                  max_tokens=ui.cap()))
         except (AttnvizError, InputError) as e:
@@ -153,7 +156,7 @@ if res is None:
                + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
                + f", {steps} steps, "
                f"for {site.label()} at the target '{ui.plain(readable_token(enc.tokens[enc.target]))}' (position {enc.target}). "
-               f"**Press the button: about {ui.secs(ests.get(key))}** (timed from a few steps on this "
+               f"**Press the button: about {ui.secs(ests.get(est_key))}** (timed from a few steps on this "
                "machine; fewer λ values, restarts or steps, or a head in a higher layer make it faster).")
     st.stop()
 

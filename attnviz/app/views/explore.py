@@ -11,74 +11,127 @@ from attnviz.app import ui
 
 JSON_BYTES_PER_VALUE = 21.5  # export.to_json: ~21 bytes a number (measured on the built-in model)
 
-st.title("Explore")
-st.caption("Each map is read row by row: row *i* is the token that receives information, column *j* the "
-           "token it comes from. Pick methods to compare them on the same layer.")
+present = ui.present()
+if present:  # for a projector: the sentence, the prediction in one line and the first map on the first screen
+    ui.present_style()
+else:
+    st.title("Explore")
+    st.caption("Each map is read row by row: row *i* is the token that receives information, column *j* the "
+               "token it comes from. Pick methods to compare them on the same layer.")
 
-st.multiselect("Methods", list(METHODS), key="methods", persist_state="session", format_func=ui.method_label,
-               help="Several at once: they are drawn side by side with the same token axes. "
-                    "The About page explains each one.")
+
+def methods_picker():
+    st.multiselect("Methods", list(METHODS), key="methods", persist_state="session", format_func=ui.method_label,
+                   help="Several at once: they are drawn side by side with the same token axes. "
+                        "The About page explains each one.")
+
+
+if not present:
+    methods_picker()
+methods_run = list(st.session_state.get("methods", []))
 
 # the cheap maps (attention, rollout) come at once; the others are computed after the maps are drawn
 # (ui.run_jobs at the end of this page: the estimate first, then a progress bar and a Cancel button)
 a = ui.analysis(stream=True, mixing=True)
 if a is None:
     st.stop()
+lm_ = ui.model()
+if present:
+    ui.open_story(a)  # once: the layer and head where the target row looks at the subject
 
-# ---------------------------------------------------------------- what the model reads
-if a.blank:
-    st.markdown(f"**Model input:** {ui.plain(a.text)} **\\_\\_\\_** :gray[{ui.plain(a.after)}]",
-                help="A causal model reads left to right: it sees only the words before [MASK] and predicts "
-                     "the next word there. The greyed words after the blank are not part of its input.")
 
-# ---------------------------------------------------------------- prediction and notes
-left, right = st.columns([2, 3])
-with left:
-    tgt_label = token_labels(a.tokens)[a.target]
-    if a.prediction:
-        what = "class" if a.output_kind == "sequence" else "token"
-        st.subheader("Prediction for the blank" if a.blank else f"Prediction at {tgt_label}", anchor=False,
-                     help=f"Read at {tgt_label}, the last word before the blank: a causal model predicts "
-                          "the next word from the words before it." if a.blank else None)
-        st.plotly_chart(figures.prediction_bars(a.prediction), theme=None, key="prediction", config={"displayModeBar": False})
-        st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities.")
-    else:
-        st.subheader(f"Target: {tgt_label}", anchor=False)
-        st.info("This model has no output head, so there is no prediction to show; the maps still show "
-                f"where the representation of {ui.plain(tgt_label)} comes from.", icon=":material/info:")
-with right:
-    positions = list(range(len(a.tokens)))
-    labels = token_labels(a.tokens)
+def model_input():
+    if a.blank:
+        st.markdown(f"**Model input:** {ui.plain(a.text)} **\\_\\_\\_** :gray[{ui.plain(a.after)}]",
+                    help="A causal model reads left to right: it sees only the words before [MASK] and predicts "
+                         "the next word there. The greyed words after the blank are not part of its input.")
 
-    lm_ = ui.model()
-    # short enough for the box at 1024 px; the rule in full is in the help
-    auto = ("automatic (before [MASK])" if lm_ is not None and lm_.task == "causal_lm"
-            else "automatic ([MASK])")
 
-    def _fmt(p):
-        return auto if p == ui.AUTO else labels[p]
+def headline():
+    """Presentation mode's first lines: the sentence, the prediction in one line, where the story is."""
+    import html
 
-    st.selectbox("Row to explain (target position)", [ui.AUTO] + positions, key="target", persist_state="session", format_func=_fmt,
-                 help="The position whose prediction and row are shown. Automatic: the [MASK] token if "
-                      "there is one (for causal models the word before it), else [CLS] for encoders and the "
-                      "last token for causal models.")
-    if a.prediction:  # what to know before trusting the prediction, beside it
-        if (words := ui.choices_caption(a)) is not None:
-            st.caption(words)
-        for note in ui.prediction_caveats(a, lm_):
-            st.caption(note)
-    for note in a.notes:
-        st.caption(ui.plain(note))
-    for m, why in a.disabled.items():
-        st.warning(f"{ui.method_label(m)}: {ui.plain(why)}", icon=":material/block:")
+    tgt = token_labels(a.tokens)[a.target]
+    shown_text = (f"{html.escape(a.text)} <b>___</b> <span style='color:#999'>{html.escape(a.after or '')}</span>"
+                  if a.blank else html.escape(ui.text()))
+    line = ui.prediction_line(a)
+    said = ""
+    if (got := ui.story(a)) is not None:
+        l, h, share, word = got
+        said = (f"Layer {l + 1} · head {h + 1}: the {html.escape(readable(tgt))} row puts {100 * share:.0f} % of its "
+                f"attention on <b>{html.escape(word)}</b>, the subject.")
+    with st.container(key="headline"):
+        st.html(f'<div style="font-size:1.75rem;line-height:1.25">{shown_text}</div>'
+                + (f'<div style="font-size:1.75rem;line-height:1.3"><span style="color:#555">Prediction:</span> '
+                   f'<b>{html.escape(line)}</b></div>' if line else "")
+                + (f'<div style="font-size:1.2rem;color:#333">{said}</div>' if said else ""))
 
-# ---------------------------------------------------------------- what the model reads, token by token
-ui.show_token_strip(a, lm_)
+
+def readable(label: str) -> str:
+    return label.split("·", 1)[-1]
+
+
+def prediction_and_notes():
+    left, right = st.columns([2, 3])
+    with left:
+        tgt_label = token_labels(a.tokens)[a.target]
+        if a.prediction:
+            what = "class" if a.output_kind == "sequence" else "token"
+            st.subheader("Prediction for the blank" if a.blank else f"Prediction at {tgt_label}", anchor=False,
+                         help=f"Read at {tgt_label}, the last word before the blank: a causal model predicts "
+                              "the next word from the words before it." if a.blank else None)
+            if not present and (line := ui.prediction_line(a)):
+                st.markdown(f"### {ui.plain(line)}")
+            ui.show_contrast(a)
+            st.plotly_chart(figures.prediction_bars(a.prediction, extra=ui.extra_bars(a), font=ui.fig_font()),
+                            theme=None, key="prediction", config={"displayModeBar": False})
+            st.caption(f"Top-{len(a.prediction)} {what}s with their probabilities"
+                       + (" (orange: the words the blank chooses between, outside the top list)." if ui.extra_bars(a)
+                          else "."))
+        else:
+            st.subheader(f"Target: {tgt_label}", anchor=False)
+            st.info("This model has no output head, so there is no prediction to show; the maps still show "
+                    f"where the representation of {ui.plain(tgt_label)} comes from.", icon=":material/info:")
+    with right:
+        positions = list(range(len(a.tokens)))
+        labels = token_labels(a.tokens)
+        # short enough for the box at 1024 px; the rule in full is in the help
+        auto = ("automatic (before [MASK])" if lm_ is not None and lm_.task == "causal_lm"
+                else "automatic ([MASK])")
+
+        def _fmt(p):
+            return auto if p == ui.AUTO else labels[p]
+
+        st.selectbox("Row to explain (target position)", [ui.AUTO] + positions, key="target", persist_state="session",
+                     format_func=_fmt,
+                     help="The position whose prediction and row are shown. Automatic: the [MASK] token if "
+                          "there is one (for causal models the word before it), else [CLS] for encoders and the "
+                          "last token for causal models.")
+        if a.prediction:  # what to know before trusting the prediction, beside it
+            if (words := ui.choices_caption(a)) is not None:
+                st.caption(words)
+            for note in ui.prediction_caveats(a, lm_):
+                st.caption(note)
+        for note in a.notes:
+            st.caption(ui.plain(note))
+        for m, why in a.disabled.items():
+            st.warning(f"{ui.method_label(m)}: {ui.plain(why)}", icon=":material/block:")
+
+
+if present:
+    headline()
+else:
+    model_input()
+    prediction_and_notes()
+    # what the model reads, token by token
+    ui.show_token_strip(a, lm_)
 
 shown = [m for m in st.session_state.get("methods", []) if m in a.maps]
 coming = [m for job in a.pending for m in job.methods]
 if not shown and not coming:
     st.info("Pick at least one method above to see its map.")
+    if present:
+        methods_picker()
     st.stop()
 jobs_box = st.container(key="jobs")  # the estimate, progress and Cancel of the maps still to come
 
@@ -97,8 +150,11 @@ def maps_panel():
     H = lm.n_heads if lm is not None else max(
         (a.maps[m].heads.shape[1] for m in shown if a.maps[m].heads is not None), default=0)
     ui.clamp_layer_head(L, H)
-    # two columns at most per row, so that no label is cut short in a 1024 px window with the sidebar
-    c1, c2 = st.columns([3, 2])
+    has_special = any(a.special)
+    if present:  # one compact row above the maps; the display options below them
+        c1, c2, c3 = st.columns([3, 2, 2])
+    else:  # two columns at most per row, so that no label is cut short in a 1024 px window with the sidebar
+        c1, c2 = st.columns([3, 2])
     with c1:
         st.slider("Layer", 1, L, key="layer", persist_state="session", bind="query-params", help="Layers count from 1 (the first attention layer).")
     with c2:
@@ -106,28 +162,42 @@ def maps_panel():
                      bind="query-params",
                      help="Per-head maps exist for raw attention and the value-weighted norm; the "
                           "other methods always show their layer map.")
-    t1, t2 = st.columns(2)
-    with t1:
-        st.toggle("Hide [CLS]/[SEP]", key="hide", persist_state="session", bind="query-params",
-                  help="Drop special tokens' rows and columns; rows of attention, rollout and flow are "
-                       "renormalised to sum to 1.")
-        st.toggle("Merge word pieces", key="merge", persist_state="session", bind="query-params",
-                  help="One row/column per word: columns are summed over a word's pieces, rows averaged.")
-        st.toggle("Numbers in cells", key="cells", persist_state="session", bind="query-params",
-                  help="Write each value (2 decimals) in its cell; hovering a cell always shows it. "
-                       "Off by default: the maps redraw about twice as fast without them.")
-    t2.toggle("Same colour scale", key="same_scale", persist_state="session", bind="query-params",
-              help="One colour scale for raw attention, rollout and flow (their rows are shares of 1, so "
-                   "equal colours mean equal shares). Norm-based maps keep their own scale.")
-    t2.toggle("Log colours", key="log_colour", persist_state="session", bind="query-params",
-              help="Colours on a log scale (hover still shows the value): for maps where one column, e.g. "
-                   "the first token of SmolLM2 (an attention sink), is thousands of times larger than the rest.")
-    d3, d4 = st.columns(2)
-    d3.selectbox("Maps per row", ["auto", "1", "2", "3", "4", "5", "6"], key="per_row", persist_state="session",
-                 bind="query-params", help="auto: as many as stay readable in a 1024 px window (a projector).")
-    d4.radio("Draw as", ["heatmaps", "lines"], key="draw", persist_state="session", bind="query-params",
-             horizontal=True, help="Lines: the bertviz view of one layer and head, tokens on both sides, line weight = value; "
-                  "hover a token to see only its lines.")
+
+    def draw_as():
+        st.radio("Draw as", ["heatmaps", "lines"], key="draw", persist_state="session", bind="query-params",
+                 horizontal=True, help="Lines: the bertviz view of one layer and several heads, tokens on both sides, "
+                                       "line weight = value; hover a token to see only its lines, click it to keep them.")
+
+    def display_options():
+        t1, t2 = st.columns(2)
+        with t1:
+            if has_special:  # causal models have no [CLS]/[SEP]
+                st.toggle("Hide [CLS]/[SEP]", key="hide", persist_state="session", bind="query-params",
+                          help="Drop special tokens' rows and columns; rows of attention, rollout and flow are "
+                               "renormalised to sum to 1.")
+            st.toggle("Merge word pieces", key="merge", persist_state="session", bind="query-params",
+                      help="One row/column per word: columns are summed over a word's pieces, rows averaged.")
+            st.toggle("Numbers in cells", key="cells", persist_state="session", bind="query-params",
+                      help="Write each value (2 decimals) in its cell; hovering a cell always shows it. "
+                           "Off by default: the maps redraw about twice as fast without them.")
+        t2.toggle("Same colour scale", key="same_scale", persist_state="session", bind="query-params",
+                  help="One colour scale for raw attention, rollout and flow (their rows are shares of 1, so "
+                       "equal colours mean equal shares). Norm-based maps keep their own scale.")
+        t2.toggle("Log colours", key="log_colour", persist_state="session", bind="query-params",
+                  help="Colours on a log scale (hover still shows the value): for maps where one column, e.g. "
+                       "the first token of SmolLM2 (an attention sink), is thousands of times larger than the rest.")
+        d3, d4 = st.columns(2)
+        d3.selectbox("Maps per row", ["auto", "1", "2", "3", "4", "5", "6"], key="per_row", persist_state="session",
+                     bind="query-params", help="auto: as many as stay readable in a 1024 px window (a projector).")
+        if not present:
+            with d4:
+                draw_as()
+
+    if present:
+        with c3:
+            draw_as()
+    else:
+        display_options()
     l, h = st.session_state.layer - 1, ui.head_index()
     view = ui.view_for(a)
     mats, titles, longs, units = [], [], [], []
@@ -154,11 +224,15 @@ def maps_panel():
     fig = figures.heatmaps(mats, view.labels, titles, units, target=view.target, title=fig_title, hover_titles=longs,
                          cols=None if per_row in (None, "auto") else int(per_row), zmax=zmax,
                          log=bool(st.session_state.get("log_colour")),
-                         cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= figures.MAX_CELL_TEXT)
+                         cell_text=bool(st.session_state.get("cells")) and len(view.labels) <= figures.MAX_CELL_TEXT,
+                         font=ui.fig_font(), width=figures.PRESENT_WIDTH if present else None,
+                         max_cols=3 if present else None)
     n_lab = len(view.labels)
-    # x labels read top to bottom need 14 px each: up to 40 tokens the grid makes room; beyond that
-    # (SmolLM2 takes 8192 tokens) every k-th column is labelled
-    every = 1 if n_lab * 14 <= figures.MIN_WIDTH else -(-n_lab * 14 // (figures.MIN_WIDTH - 120))
+    # x labels read top to bottom need a tick's spacing each (14 px, more in presentation mode): up to
+    # 40 tokens the grid makes room; beyond that (SmolLM2 takes 8192 tokens) every k-th column is labelled
+    tick = figures.sizes(ui.fig_font()).tick_px
+    room = figures.PRESENT_WIDTH if present else figures.MIN_WIDTH
+    every = 1 if n_lab * tick <= room else int(-(-n_lab * tick // (room - 120)))
     if every > 1:  # a long text (SmolLM2 takes 8192 tokens): label every k-th column, the target's too
         keep = figures.row_ticks(n_lab, every, view.target)
         fig.update_xaxes(tickmode="array", tickvals=[view.labels[i] for i in keep],
@@ -178,6 +252,12 @@ def maps_panel():
                                height=46 + 22 * len(view.labels) + 70)
     else:
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+    if present:
+        with st.expander("Methods and display options", icon=":material/tune:", key="present_options"):
+            methods_picker()
+            display_options()
+        if list(st.session_state.get("methods", [])) != methods_run:  # new maps to compute: the whole page
+            st.rerun(scope="app")
     if not st.session_state.get("log_colour"):
         sinks = [(m, *dominant_column(M)) for m, M in zip(shown, mats)]
         sinks = [(m, j, share) for m, j, share in sinks if j is not None and share >= ui.SINK_SHARE]
@@ -208,7 +288,7 @@ def maps_panel():
         tl = view.labels[view.target]
         rows = [M[view.target] for M in mats]
         bars = figures.row_bars(rows, view.labels, [f"{ui.method_label(m)}" for m in shown], units,
-                              target=view.target)
+                                target=view.target, font=ui.fig_font())
         st.subheader(f"What {tl} draws from at layer {l + 1}", anchor=False)
         st.caption("Row of the target position in each map above, one bar per source token.")
         st.plotly_chart(bars, theme=None, key="rowbars", config={"displayModeBar": False})
@@ -242,5 +322,9 @@ def maps_panel():
 
 if shown:
     maps_panel()
+if present:  # below the maps: the full prediction, the row picker, the notes, the tokens
+    model_input()
+    prediction_and_notes()
+    ui.show_token_strip(a, lm_)
 if a.pending and ui.run_jobs(a, jobs_box):
     st.rerun()  # the maps just computed are cached now: draw them all
