@@ -449,6 +449,12 @@ def test_a_document_boundary_is_never_the_automatic_blank(make_tiny, tokenizer):
     boundary.tokenizer = tk
     assert blank_choice(boundary) == "mean"
     assert blank_fill(boundary)[2] == "mean word embedding" and blank_fill(boundary)[0] is None
+    # SmolLM2's layout: <|endoftext|> declared as the unknown token, BOS / EOS other tokens
+    tk2 = copy.deepcopy(tokenizer)
+    tk2.add_special_tokens({"unk_token": "<|endoftext|>", "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})
+    smol_like = copy.copy(lm)
+    smol_like.tokenizer = tk2
+    assert blank_choice(smol_like) == "mean"
 
 
 def test_integrated_gradients_meet_a_one_percent_bound_by_default(make_tiny):

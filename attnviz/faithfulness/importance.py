@@ -123,16 +123,24 @@ def boundary_ids(tokenizer) -> set:
             if i is not None}
 
 
+def is_boundary_blank(tokenizer) -> bool:
+    """True when the tokenizer's blank token (blank_token) is a document boundary rather than an unknown
+    word: its beginning / end of text, or a declared "unknown" token that is not one ([UNK], <unk>) but a
+    control token such as SmolLM2's and GPT-2's <|endoftext|>, which byte-level tokenizers never emit
+    for unknown text and which separates the documents the model was trained on."""
+    try:
+        bid, btok, which = blank_token(tokenizer)
+    except InputError:
+        return True
+    return bid in boundary_ids(tokenizer) or (which == "unk" and "unk" not in btok.lower())
+
+
 def blank_choice(lm) -> str:
     """The blank blank-out uses on this model ("auto"): the tokenizer's unknown / mask token, unless that
-    token is a document boundary (SmolLM2's declared unknown token is <|endoftext|>, its end of text):
-    blanking with it cuts the text in two, and every blanked position then changes f by about all of
-    f0. Such models get the mean word embedding instead (docs/faithfulness.md has the measurements)."""
-    try:
-        bid, _, _ = blank_token(lm.tokenizer)
-    except InputError:
-        return "mean"
-    return "mean" if bid in boundary_ids(lm.tokenizer) else "token"
+    token is a document boundary (is_boundary_blank): blanking with it cuts the text in two, and every
+    blanked position then changes f by about all of f0. Such models get the mean word embedding
+    instead (docs/faithfulness.md has the measurements)."""
+    return "mean" if is_boundary_blank(lm.tokenizer) else "token"
 
 
 def _neutral_id(tokenizer) -> int:
