@@ -15,9 +15,10 @@ Each item is encoded the way attnviz.analyze encodes it (attnviz.trace.encode): 
 whole sentence and the target is the [MASK] token; a causal LM reads the text before [MASK] and the
 target is its last token. Accuracy: the answer's logit at the target beats the wrong word's, both
 mapped to one vocabulary id by attnviz.trace.single_token_id (" are" -> 'Ġare' on byte-level BPE);
-top-1: the answer is the arg-max (over word-initial tokens on a causal model). An item whose answer or
-wrong word is not one token (word-initial on a causal model), or whose text is longer than the model
-reads, is skipped and counted as not judged. Items are batched (right padding for masked LMs; left
+top-1: the answer is the arg-max (over word-initial tokens on a causal model). An answer or wrong word
+of several tokens is scored on a causal model as the sum of its pieces' log-probabilities (each piece
+given the text and the pieces before it); on a masked LM such an item, or one whose text is longer
+than the model reads, is skipped and counted as not judged (MULTI_TOKEN_RULE; the report counts both). Items are batched (right padding for masked LMs; left
 padding with position ids counted over the real tokens for causal LMs, so every row ends at its
 target). Also reported per set: the share of words the tokenizer turns into [UNK] or splits into
 pieces. Items with a "style" field are also reported by style.
