@@ -5,6 +5,10 @@ navigation (st.navigation) over the files in views/ beside this file, found by p
 runs the same from a checkout and from an installed wheel. The folder is not called pages/: that name
 switches Streamlit into its legacy multipage mode, where a first request for /heads runs that file
 alone. Set ATTNVIZ_TORCH_THREADS (e.g. 1 in tests) to cap torch's threads in the server.
+
+A URL's query values longer than QUERY_LIMITS are dropped before anything reads them, with one message.
+Served to a class (`attnviz app --serve`, which sets ATTNVIZ_SERVE_MODELS), a ?model= that the server does not
+offer is dropped the same way; the loader (attnviz.models.allow) refuses it in any case.
 """
 from __future__ import annotations
 
@@ -26,6 +30,34 @@ PAGE_FILES = [("explore.py", "Explore", ":material/grid_on:"),
               ("model.py", "Model", ":material/memory:"),
               ("about.py", "About", ":material/help:")]
 
+# the longest value a query parameter may have (characters); longer ones are dropped at once
+QUERY_LIMITS = {"model": 1024, "text": 50_000, "pair_a": 50_000, "pair_b": 50_000}
+QUERY_LIMIT = 1024  # every other parameter
+
+
+def screen_query() -> list:
+    """Drop the query parameters a URL should not carry (over-long values; with ATTNVIZ_SERVE_MODELS, a model
+    this server does not offer) before the app reads them -> one message for each."""
+    from attnviz.errors import ModelLoadError, shown
+    from attnviz.models import allow
+
+    qp, said = st.query_params, []
+    for key in list(qp.keys()):
+        longest = max((len(v) for v in qp.get_all(key)), default=0)
+        limit = QUERY_LIMITS.get(key, QUERY_LIMIT)
+        if longest > limit or len(key) > QUERY_LIMIT:
+            del qp[key]
+            said.append(f"The link's '{shown(key, 40)}' value is {longest:,} characters long (at most {limit:,}): "
+                        "it was ignored.")
+    spec = qp.get("model")
+    if spec:
+        try:
+            allow.check(spec)
+        except ModelLoadError as e:
+            del qp["model"]
+            said.append(f"The link's model was not loaded: {e}.")
+    return said
+
 
 def run() -> None:
     """One run of the app: what Streamlit executes on every rerun."""
@@ -40,6 +72,7 @@ def run() -> None:
     st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout="wide",
                        initial_sidebar_state="collapsed" if present else "auto")
 
+    said = screen_query() if not st.session_state.get("_init") else []  # before init_state reads the URL
     ui.init_state()
 
     # the default page (Explore) is served at /; its own pathname is reserved but not served, so it gets
@@ -61,6 +94,8 @@ def run() -> None:
     ui.keep_working_model()
     ui.sidebar()
     ui.flash_load_error()
+    for msg in said:
+        st.error(ui.plain(msg), icon=":material/link_off:")
     ui.sync_url()
     page.run()
 

@@ -22,6 +22,7 @@ from attnviz.text import readable_token
 # secs and time_left are the pages' too (ui.secs, ui.time_left): estimates and time left said alike everywhere
 from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,  # noqa: F401
                           view_jobs)
+from attnviz.models import allow
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
 from attnviz.app.store import SharedStore, cache_dir
 
@@ -285,6 +286,7 @@ PACKAGED_LABELS = {"pkg:minilm": "pkg:minilm — pretrained MiniLM (no output he
 def known_specs() -> list:
     out = [f"builtin:{n}" for n in builtin_names()]
     out += [s for s in PACKAGED_LABELS if packaged_available(s.split(":", 1)[1])]
+    out += [s for s in allow.served() or [] if s not in out]  # served to a class: the teacher's models
     if spec() not in out:
         out.append(spec())
     return out
