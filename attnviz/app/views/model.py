@@ -33,8 +33,8 @@ PACKAGES = {
 # the real models: size of the wheels, licence, first and cached load (docs/models.md, "Load times")
 REAL = [("pkg:minilm", "87 MB", "Apache-2.0", "3–6 s", "0.2 s"),
         ("pkg:smollm2", "98 MB", "Apache-2.0", "36–49 s", "2–9 s"),
-        ("pkg:mpnet", "404 MB", "Apache-2.0", "17 s", "6–30 s"),
-        ("pkg:gemma3", "238 MB", "Gemma Terms of Use", "about 9 min on a loaded 2-core machine", "30 s")]
+        ("pkg:mpnet", "404 MB", "Apache-2.0", "17 s", "3–30 s"),
+        ("pkg:gemma3", "238 MB", "Gemma Terms of Use", "3.5–14 min (converts the GGUF file)", "17–30 s")]
 cur = ui.spec()
 if "model_kind" not in st.session_state:
     st.session_state.model_kind = ("builtin" if cur.startswith("builtin:") else "pkg" if cur.startswith("pkg:")
