@@ -372,3 +372,162 @@ def test_smollm2_heads_against_hf_hooks(monkeypatch):
                 ref = math.exp(_patched_z(lm, "llama", ea.ids, t, cids, kind, l, h, src, monkeypatch) - z_a)
                 assert 1 + m.nie[kind][l, h] == pytest.approx(ref, rel=1e-5), (kind, l, h)
     np.testing.assert_allclose(1 + m32.nie_attention, 1 + m.nie_attention, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ minimal pairs from the shipped sets
+
+def test_agreement_pairs_change_the_subjects_number():
+    from attnviz.mediation.pairs import agreement_pairs, shipped_pairs
+
+    words = frozenset({"key", "keys", "cabinet", "cabinets", "man", "men", "bus"})
+    items = [dict(text="the old keys to the cabinet [MASK] here .", answer="are", wrong="is", n_attractors=1, n_intervening=1),
+             dict(text="the man near the cabinets [MASK] here .", answer="is", wrong="are"),
+             dict(text="the noisy bus which the cabinets [MASK] here .", answer="is", wrong="are"),  # no "bus" plural known
+             dict(text="the keys and the cabinet [MASK] here .", answer="are", wrong="is", construction="coord_subj"),
+             dict(text="albert near the keys [MASK] here .", answer="is", wrong="are")]
+    ps = agreement_pairs(items, words)
+    assert [(p.base, p.counterfactual, p.contrast) for p in ps] == [
+        (items[0]["text"], "the old key to the cabinet [MASK] here .", ("is", "are")),
+        (items[1]["text"], "the men near the cabinets [MASK] here .", ("are", "is"))]
+    assert ps[0].changed == ("keys", "key") and (ps[0].n_attractors, ps[0].n_attractors_cf) == (1, 0)
+    shipped = shipped_pairs("agreement")
+    assert len(shipped) >= 1000
+    for p in shipped[:200]:  # one word differs, and it is the subject: the contrast swaps the verb's number
+        a, b = p.base.split(" "), p.counterfactual.split(" ")
+        assert len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1
+        assert a.index(p.changed[0]) < a.index("[MASK]")
+
+
+def test_pronoun_pairs_change_the_antecedents_gender():
+    from transformers import AutoTokenizer
+
+    from attnviz.mediation.pairs import name_genders, pronoun_pairs, shipped_pairs
+    from attnviz.resources import models_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(models_dir() / "agreement")  # the grammar's names are one token each
+    g = name_genders()
+    assert g["mary"] == "f" and g["peter"] == "m"
+    ps = pronoun_pairs([dict(text="mary visited peter near [MASK] house .", answer="her", wrong="its", task="pronoun")],
+                       tokenizer=tokenizer)
+    (p,) = ps
+    new = p.counterfactual.split(" ")[0]
+    assert g[new] == "m" and new != "peter" and p.counterfactual.split(" ")[1:] == p.base.split(" ")[1:]
+    assert p.contrast == ("his", "her")
+    assert len(tokenizer(p.base)["input_ids"]) == len(tokenizer(p.counterfactual)["input_ids"])
+    assert len(shipped_pairs("pronoun")) >= 200
+
+
+# ------------------------------------------------------------------ the corpus study
+
+def _fake_records(N=12, L=3, H=4, seed=0):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for i in range(N):
+        te = float(rng.uniform(1, 3))
+        nie = rng.normal(0, 0.1, (L, H))
+        nie[1, 2] = 0.5 * te + rng.normal(0, 0.05)  # one head carries half of every TE
+        sc = {k: (nie + rng.normal(0, 0.2, (L, H))).tolist() for k in
+              ("attention", "value_norm", "alti_head", "head_output_norm", "attention_change")}
+        recs.append(dict(key=str(i), pair=dict(n_attractors=i % 2), te=te, y_base=0.1, nie={"attention": nie.tolist()},
+                         scores=sc))
+    return recs
+
+
+def test_study_summary_against_plain_formulas():
+    from scipy import stats
+
+    from attnviz.mediation.study import MediationStudy
+
+    recs = _fake_records()
+    s = MediationStudy("fake", recs, kinds=("attention",)).summary("attention")
+    nie = np.array([r["nie"]["attention"] for r in recs])
+    te = np.array([r["te"] for r in recs])
+    N = len(recs)
+    # mean and t-interval of one head, by hand
+    x = nie[:, 1, 2]
+    half = stats.t.ppf(0.975, N - 1) * np.sqrt(((x - x.mean()) ** 2).sum() / (N - 1)) / np.sqrt(N)
+    assert s["mean_nie"][1][2] == pytest.approx(x.mean())
+    assert s["ci_half"][1][2] == pytest.approx(half)
+    assert (s["top_heads"][0]["layer"], s["top_heads"][0]["head"]) == (2, 3)
+    # heads for 50 %: pairs whose top head alone reaches half of the TE need 1, others more
+    need = []
+    for i in range(N):
+        v = sorted(nie[i].ravel(), reverse=True)
+        acc, k = 0.0, 0
+        while k < len(v) and v[k] > 0 and acc < 0.5 * te[i]:
+            acc += v[k]
+            k += 1
+        need.append(k if acc >= 0.5 * te[i] else None)
+    got = [k for k in need if k is not None]
+    assert s["concentration"]["50%"]["reached"] == pytest.approx(len(got) / N)
+    assert s["concentration"]["50%"]["median_heads"] == pytest.approx(np.median(got))
+    assert s["top_share"]["top1"] == pytest.approx(np.mean([sorted(nie[i].ravel())[-1] / te[i] for i in range(N)]))
+    # Spearman per pair: ranks by hand (no ties in continuous draws), r = 1 - 6 sum d^2 / (m (m^2 - 1))
+    sc = np.array([r["scores"]["attention"] for r in recs])
+    m = nie[0].size
+
+    def rho(a, b):
+        ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+        return 1 - 6 * ((ra - rb) ** 2).sum() / (m * (m * m - 1))
+
+    per = [rho(sc[i].ravel(), nie[i].ravel()) for i in range(N)]
+    assert s["spearman"]["attention"]["per_pair_mean"] == pytest.approx(np.mean(per))
+    assert s["spearman"]["attention"]["corpus"] == pytest.approx(rho(sc.mean(0).ravel(), nie.mean(0).ravel()))
+    lo, hi = s["spearman"]["attention"]["corpus_ci"]
+    assert lo <= s["spearman"]["attention"]["corpus"] <= hi
+
+
+def test_head_scores_against_plain_loops(tokenizer):
+    from attnviz.mediation.study import head_scores
+    from attnviz.trace import trace
+
+    lm = _tiny(tokenizer, "bert", dtype=torch.float32)
+    subj = [2]
+    sc = head_scores(lm, A, B, subj)
+    ta, tb = trace(lm, A), trace(lm, B)
+    t = ta.target
+    for l in range(ta.n_layers):
+        P, Pb, F = ta.layers[l].probs.double(), tb.layers[l].probs.double(), ta.fx[l].double()
+        y = ta.layers[l].resid_attn.double()[t]
+        for h in range(P.shape[0]):
+            z = P[h, t, 2] * F[h, 2]
+            assert sc["attention"][l, h] == pytest.approx(float(P[h, t, 2]))
+            assert sc["value_norm"][l, h] == pytest.approx(float(torch.sqrt((z * z).sum())))
+            assert sc["alti_head"][l, h] == pytest.approx(max(0.0, float(y.abs().sum() - (y - z).abs().sum())), abs=1e-9)
+            whole = sum(P[h, t, j] * F[h, j] for j in range(P.shape[-1]))
+            assert sc["head_output_norm"][l, h] == pytest.approx(float(torch.sqrt((whole * whole).sum())))
+            assert sc["attention_change"][l, h] == pytest.approx(0.5 * float((Pb[h, t] - P[h, t]).abs().sum()))
+
+
+def test_study_command_writes_and_resumes(tiny_bert_folder, tmp_path, capsys):
+    import json
+
+    from attnviz.cli import main
+
+    items = [dict(base=A, counterfactual=B, contrast=["are", "is"], task="agreement"),
+             dict(base="the keys to the cabinet [MASK] on the table .", counterfactual="the key to the cabinet [MASK] on the table .",
+                  contrast=["is", "are"], task="agreement"),
+             dict(base=A, counterfactual="the keys to the big cabinets [MASK] on the table .", contrast=["are", "is"])]
+    for it in items:
+        it["text"] = it["base"]  # a data file's items have a text
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(it) + "\n" for it in items))
+    out = tmp_path / "med"
+    base = ["study", "--mediation", "--model", str(tiny_bert_folder), "--data", str(data), "--out", str(out), "--quiet"]
+    assert main(base + ["--n", "1", "--kinds", "attention"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--kinds", "attention"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 pairs (1 from an earlier run, 0 skipped)" in printed
+    assert "left out 1 pair(s): patching is position by position" in printed
+    recs = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 2
+    lm = attnviz.load_model(str(tiny_bert_folder))
+    m = mediate(lm, items[1]["base"], items[1]["counterfactual"], ("is", "are"), kinds=("attention",))
+    np.testing.assert_allclose(np.array(recs[1]["nie"]["attention"]), m.nie_attention, rtol=1e-12)
+    summ = json.loads((out / "summary.json").read_text())["attention"]
+    assert summ["n_pairs"] == 2
+    assert (out / "heads.csv").read_text().startswith("kind,layer,head,mean_nie")
+    capsys.readouterr()
+    assert main(base + ["--engine", "ray"]) == 2
+    assert "local engine only" in capsys.readouterr().err
