@@ -14,4 +14,6 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   exec "$PY" -m pytest -q -m "not (app or browser or real_model or ray or slow)" "$@"
 fi
-exec "$PY" -m pytest -q "$@"
+# the full suite on two workers (pytest-xdist), a test module per worker at a time (module fixtures such
+# as the browser tests' server are made once); ATTNVIZ_TEST_WORKERS=0 runs it in this process
+exec "$PY" -m pytest -q -n "${ATTNVIZ_TEST_WORKERS:-2}" --dist loadfile "$@"
