@@ -1,0 +1,132 @@
+"""Knock out attention heads and see how the prediction moves.
+
+    k = knock_out(lm, "the keys to the cabinet [MASK] on the table .", heads=[(3, 1)], mode="zero",
+                  contrast=("are", "is"))
+    k.top_before, k.top_after     # [(token, p)] at the target, the first five
+    k.p_before, k.p_after         # (p(are), p(is)) when a contrast pair is given
+
+A knocked-out head's slice of the attention result (softmax(q k^T) v for that head, before the output
+projection) is replaced, at every position, by zero ("zero" ablation) or by its mean over the
+sentence's positions ("mean" ablation); the output projection, its bias, the residual sum and
+everything after run as usual. Computed on the functional forward (models/forward.py), so it works for
+every family attnviz reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from ..errors import InputError
+from ..models.check import hf_forward
+from ..models.forward import after_attention, final_norm, layer_forward, rope_for
+from ..text import readable_token
+from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id, single_token_id
+
+MODES = ("zero", "mean")
+
+
+@dataclass
+class KnockOut:
+    """The prediction at the target before and after knocking out `heads` ((layer, head), 0-based).
+
+    top_before / top_after: the k most probable tokens [(token, p)]; predicted_before / _after: the
+    prediction (over word-initial tokens at a [MASK] blank of a causal model, as everywhere in attnviz);
+    p_before / p_after: (p(c1), p(c2)) of the contrast pair when one is given (else None); y_change:
+    the relative change of p(c1)/p(c2), y_after / y_before - 1 (as mediation's effects)."""
+
+    text: str
+    tokens: list
+    target: int
+    heads: list
+    mode: str
+    top_before: list
+    top_after: list
+    predicted_before: str
+    predicted_after: str
+    p_before: Optional[tuple] = None
+    p_after: Optional[tuple] = None
+    y_change: Optional[float] = None
+    notes: list = field(default_factory=list)
+
+
+def _head_slices(heads, L: int, H: int) -> dict:
+    by_layer: dict = {}
+    for lh in heads:
+        try:
+            l, h = (int(v) for v in lh)
+        except (TypeError, ValueError):
+            raise InputError(f"a head is a (layer, head) pair of integers, not {lh!r}") from None
+        if not (0 <= l < L and 0 <= h < H):
+            raise InputError(f"head ({l}, {h}) is outside this model's {L} layers x {H} heads (0-based)")
+        by_layer.setdefault(l, set()).add(h)
+    return by_layer
+
+
+def _logits(lm, enc, by_layer: dict, mode: str, dtype) -> torch.Tensor:
+    """The logits [V] at the target with the heads of by_layer knocked out (none: the plain forward)."""
+    layers = lm.layers(dtype)
+    x = hf_forward(lm, enc.ids).hidden_states[0].to(dtype)
+    rope = rope_for(lm.arch, x)
+    for l, w in enumerate(layers):
+        st = layer_forward(w, x, rope=rope)
+        if l in by_layer:
+            rep = w.n_heads // w.n_kv_heads
+            v = st.v.repeat_interleave(rep, dim=1) if rep > 1 else st.v
+            per_head = st.probs @ v  # [1, H, n, dh]
+            for h in by_layer[l]:
+                per_head[:, h] = 0.0 if mode == "zero" else per_head[:, h].mean(dim=1, keepdim=True)
+            B, H, n, dh = per_head.shape
+            ctx = per_head.transpose(1, 2).reshape(B, n, H * dh)
+            attn_out = ctx @ w.wo + (0 if w.bo is None else w.bo)
+            x = after_attention(w, x, attn_out).resid_out
+        else:
+            x = st.resid_out
+    t = enc.target
+    xf = final_norm(lm.arch, x[:, t:t + 1])
+    hp = next(iter(lm.model.parameters()))
+    return lm.arch.head(xf.to(hp.dtype))[0, 0].double()
+
+
+def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: Optional[Sequence[str]] = None,
+              target: Optional[int] = None, top: int = 5, max_tokens: int = DEFAULT_MAX_TOKENS,
+              dtype: torch.dtype = torch.float32) -> KnockOut:
+    """The prediction of `text` with the given heads knocked out (mode "zero" or "mean"), beside the
+    plain prediction. Raises InputError (one line) for an unknown mode, a head outside the model, a
+    model without an output head or contrast words that are not one token each."""
+    if mode not in MODES:
+        raise InputError(f"knock-out mode {mode!r} is unknown: choose from {', '.join(MODES)}")
+    if getattr(lm.arch, "head", None) is None:
+        raise InputError(f"{lm.spec} has no output head, so there is no prediction to knock out")
+    enc = encode(lm, text, max_tokens, target)
+    layers = lm.layers(dtype)
+    by_layer = _head_slices(heads, len(layers), layers[0].n_heads)
+    ids = None
+    if contrast is not None:
+        if len(contrast) != 2:
+            raise InputError("a contrast pair is two words")
+        ids = tuple(single_token_id(lm.tokenizer, c) for c in contrast)
+    with torch.inference_mode():
+        before = _logits(lm, enc, {}, mode, dtype)
+        after = _logits(lm, enc, by_layer, mode, dtype) if by_layer else before.clone()
+
+    def tops(logits):
+        p = torch.softmax(logits, -1)
+        v, i = torch.topk(p, min(top, p.numel()))
+        return [(readable_token(lm.tokenizer.convert_ids_to_tokens(int(k))), float(q)) for q, k in zip(v, i)]
+
+    def pred(logits):
+        return readable_token(lm.tokenizer.convert_ids_to_tokens(predicted_id(lm, enc, logits)))
+
+    res = KnockOut(text=enc.text, tokens=list(enc.tokens), target=enc.target, heads=sorted(
+        (l, h) for l, hs in by_layer.items() for h in hs), mode=mode, top_before=tops(before), top_after=tops(after),
+        predicted_before=pred(before), predicted_after=pred(after), notes=list(enc.notes))
+    if ids is not None:
+        pb, pa = torch.softmax(before, -1), torch.softmax(after, -1)
+        res.p_before = (float(pb[ids[0]]), float(pb[ids[1]]))
+        res.p_after = (float(pa[ids[0]]), float(pa[ids[1]]))
+        zb = float(before[ids[0]] - before[ids[1]])
+        za = float(after[ids[0]] - after[ids[1]])
+        res.y_change = float(torch.expm1(torch.tensor(za - zb, dtype=torch.float64)))
+    return res
