@@ -125,7 +125,8 @@ def parse_options(items: Optional[Sequence[str]]) -> dict:
                 value = float(value)
         except ValueError:
             kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(type(o.default), "a whole number")
-            raise ValueError(f"--option {shown(item)}: {name} takes {kind}") from None
+            rng = f" from {ranges[name][0]} to {ranges[name][1]}" if name in ranges else ""
+            raise ValueError(f"--option {shown(item)}: {name} takes {kind}{rng}") from None
         if name in ranges and not isinstance(value, bool):
             low, high, why = ranges[name]
             _in_range(f"--option {key.strip()}", value, low, high, why)

@@ -848,3 +848,324 @@ def test_a_served_process_loads_only_the_models_it_offers(monkeypatch, tiny_fold
         resolve(str(tiny_folder))
     monkeypatch.delenv("ATTNVIZ_SERVE_MODELS")
     assert resolve(str(other)) == ("folder", str(other))  # not serving: any folder
+
+
+# ---------------------------------------------------------------- 12. every number in its range, before any work
+ANALYZE = ["analyze", "--model", "builtin:agreement", "--text", SENTENCE]
+STUDY = ["study", "--model", "builtin:agreement", "--data", "builtin:agreement"]
+
+
+@pytest.mark.parametrize("cmd,args,words", [
+    (ANALYZE, ["--threads", "1000000"], "--threads must be at most"),  # segfaulted (rc 139, nothing printed)
+    (ANALYZE, ["--threads", "0"], "--threads must be at least 1"),
+    (ANALYZE, ["--ig-steps", "99999999999999999999"], "--ig-steps must be at most 1024"),  # an OverflowError
+    (ANALYZE, ["--ig-steps", "20000"], "--ig-steps must be at most 1024"),  # ran unbounded
+    (ANALYZE, ["--ig-tol", "-1"], "--ig-tol must be 0 (fixed steps) or between 0 and 1"),
+    (ANALYZE, ["--ig-tol", "nan"], "--ig-tol must be 0 (fixed steps) or between 0 and 1"),
+    (ANALYZE, ["--ig-tol", "1"], "--ig-tol must be 0 (fixed steps) or between 0 and 1"),
+    (ANALYZE, ["--option", "steps=99999999999999999999"], "--option steps must be at most 1024"),
+    (ANALYZE, ["--option", "atb_ff.steps=0"], "--option atb_ff.steps must be at least 1"),
+    (ANALYZE, ["--option", "steps=abc"], "--option steps=abc: steps takes a whole number from 1 to 1024"),
+    (ANALYZE, ["--option", "workers=-1"], "--option workers must be at least 1"),
+    (ANALYZE, ["--option", "flow.workers=100000"], "--option flow.workers must be at most"),
+    (ANALYZE, ["--max-tokens", "1000000000"], "--max-tokens must be at most 4096"),
+    (ANALYZE, ["--target", "-1"], "--target must be at least 0"),
+    (STUDY, ["--threads", "1000000"], "--threads must be at most"),
+    (STUDY, ["--ig-steps", "20000"], "--ig-steps must be at most 1024"),
+    (STUDY, ["--ig-tol", "-0.5"], "--ig-tol must be 0 (fixed steps) or between 0 and 1"),
+    (STUDY, ["--max-tokens", "0"], "--max-tokens must be at least 1"),
+    (STUDY, ["--engine", "ray", "--workers", "-1"], "--workers must be at least 1"),
+    (STUDY, ["--engine", "ray", "--gpus-per-worker", "nan"], "--gpus-per-worker must be a finite number"),
+    (["app"], ["--port", "70000"], "--port must be at most 65535"),
+    (ANALYZE, ["--threads", "many"], "argument --threads: invalid int value: 'many'"),  # argparse: one line too
+])
+def test_numbers_out_of_range_are_one_line_before_any_work(cmd, args, words, tmp_path, capsys, no_model_load):
+    out = [] if cmd == ["app"] else ["--out", str(tmp_path / ("a.json" if cmd == ANALYZE else "s"))]
+    assert main(cmd + out + args) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert words in line, line
+    assert any(w in line for w in ("range is", "between 0 and 1", "at least", " to ", "-h lists the options"))
+    assert not (tmp_path / "a.json").exists() and not (tmp_path / "s").exists()
+
+
+def test_threads_at_the_bound_are_accepted(monkeypatch):
+    from attnviz import cli
+
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    cli._threads(cli.max_threads())
+    assert seen == [4 * (os.cpu_count() or 1)]
+
+
+@pytest.mark.parametrize("name,content,words", [
+    ("numbers.json", "[1, 2, 3]", "holds no sentences: each item must be a sentence"),  # ran: 0 sentences, 3 skipped
+    ("nulls.jsonl", "null\n5\n", "holds no sentences"),
+    ("objects.jsonl", '{"sentence": "the keys [MASK] here ."}\n', "an object without a \"text\" string"),
+    ("binary.txt", b"\x80\x81\xfe\xff the keys", "is not UTF-8 text (byte 1"),  # a codec error without the file
+])
+def test_data_must_hold_sentences(name, content, words, tmp_path, capsys, no_model_load):
+    data = tmp_path / name
+    data.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main(STUDY[:3] + ["--data", str(data), "--out", str(tmp_path / "s")]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert words in line and str(data) in line, line
+
+
+# ---------------------------------------------------------------- 13. --out: never someone else's file, never empty
+@pytest.mark.parametrize("suffix", [".json", ".npz"])
+def test_out_never_replaces_a_file_attnviz_did_not_write(tiny_folder, tmp_path, capsys, suffix):
+    out = tmp_path / f"notes{suffix}"
+    out.write_text("my own notes, not an analysis")
+    args = ["analyze", "--model", str(tiny_folder), "--text", SENTENCE, "--out", str(out), "--methods", "attention"]
+    assert main(args) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "not a file attnviz wrote" in line and "--force" in line
+    assert out.read_text() == "my own notes, not an analysis"
+    assert main(args + ["--force"]) == 0  # asked for: replaced
+    written = out.read_bytes()
+    assert written != b"my own notes, not an analysis"
+    assert main(args) == 0  # an analysis of ours is replaced without --force
+    capsys.readouterr()
+    d = _strict_json(out.read_text()) if suffix == ".json" else export.read_npz(out.read_bytes())
+    assert d["format"] == export.FORMAT and d["methods"] == ["attention"]
+
+
+def test_study_out_never_writes_over_files_no_study_wrote(tmp_path, capsys, no_model_load):
+    from attnviz import cli
+
+    d = tmp_path / "report"
+    d.mkdir()
+    (d / "summary.html").write_text("<p>my report</p>")
+    assert main(STUDY + ["--out", str(d)]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "summary.html" in line and "--force" in line
+    cli.check_study_folder(str(d), force=True)  # --force lets the study write there
+    (d / "config.json").write_text(json.dumps({"methods": ["attention"], "baselines": ["blank_out"]}))
+    cli.check_study_folder(str(d))  # a study's folder: resumed, its files are ours
+    assert (d / "summary.html").read_text() == "<p>my report</p>"
+
+
+def test_study_summaries_are_written_whole_or_not_at_all(make_tiny, tmp_path, monkeypatch):
+    """The disk fills while the summaries are written: no empty or partial summary file, no temporary file."""
+    from attnviz import faithfulness as F
+
+    res = F.study(make_tiny("bert"), ["the keys [MASK] here .", "a dog [MASK] ."], baselines=["blank_out"], ig_steps=2)
+    out = tmp_path / "s"
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        res.write(out)
+    assert list(out.iterdir()) == []
+    monkeypatch.undo()
+    paths = res.write(out)
+    assert all(Path(p).stat().st_size > 0 for p in paths.values())
+    assert sorted(p.name for p in out.iterdir()) == sorted(Path(p).name for p in paths.values())
+
+
+_FSIZE_THEN_MAIN = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk fails
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+from attnviz.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow  # fresh Pythons
+def test_a_full_disk_leaves_no_empty_outputs(tiny_folder, tmp_path):
+    """Files may not grow past a limit (RLIMIT_FSIZE: 64 kB for the analysis JSON with heads, ~300 kB; 4 kB for
+    the study, whose records fit and whose summary.json and summary.html do not). One line, rc 2, and no empty
+    or partial output left."""
+    def run(limit, args):
+        return subprocess.run([sys.executable, "-c", _FSIZE_THEN_MAIN, str(limit), *args], capture_output=True,
+                              env=_env(), cwd=ROOT, timeout=600)
+
+    out = tmp_path / "a.json"
+    r = run(64_000, ["analyze", "--model", str(tiny_folder), "--text", SENTENCE, "--out", str(out), "--heads"])
+    assert r.returncode == 2, r.stderr
+    assert "File too large" in _one_line_error(r.stderr)
+    assert list(tmp_path.iterdir()) == []
+    data = tmp_path / "d.txt"
+    data.write_text("the keys [MASK] here .\na dog [MASK] .\n")
+    s = tmp_path / "s"
+    r = run(4_000, ["study", "--model", str(tiny_folder), "--data", str(data), "--out", str(s), "--quiet",
+                     "--baselines", "blank_out", "--ig-steps", "2", "--ig-tol", "0"])
+    assert r.returncode == 2, r.stderr
+    _one_line_error(r.stderr)
+    left = {p.name: p.stat().st_size for p in s.iterdir()}
+    assert "summary.html" not in left and not any(n.endswith(".tmp") for n in left), left
+    assert all(size > 0 for n, size in left.items() if n.startswith(("summary", "ranking"))), left
+    assert len(_lines_of(s / "records.jsonl")) == 2  # the finished sentences are kept
+
+
+def _lines_of(p: Path) -> list:
+    return p.read_bytes().splitlines()
+
+
+# ---------------------------------------------------------------- 14. a study survives a deleted lock
+def test_deleted_lock_lets_no_second_writer_in_and_records_stay_unique(make_tiny, tmp_path):
+    """Mid-run, DIR/.lock is deleted and the same study is started again into the same folder: the second
+    writer is refused (the records file itself is locked), the first finishes, every sentence is on file once."""
+    from attnviz import faithfulness as F
+    from attnviz.errors import AttnvizError
+
+    lm = make_tiny("bert")
+    items = [f"the {w} [MASK] here ." for w in ("keys", "dog", "cats", "table", "cabinet", "dogs")]
+    kw = dict(baselines=["blank_out"], ig_steps=2)
+    out = tmp_path / "s"
+    second = {}
+
+    def progress(done, total):
+        if done == 2 and not second:
+            (out / ".lock").unlink()  # the lock file is gone while the first study writes
+            try:
+                second["result"] = F.study(lm, items, out_dir=out, **kw)  # a second writer, same study
+            except AttnvizError as e:
+                second["error"] = str(e)
+
+    res = F.study(lm, items, out_dir=out, progress=progress, **kw)
+    assert "another study is writing into" in second.get("error", ""), second
+    assert res.n_sentences == len(items)
+    keys = [json.loads(line)["key"] for line in _lines_of(out / "records.jsonl")]
+    assert len(keys) == len(items) == len(set(keys))
+    again = F.study(lm, items, out_dir=out, **kw)  # the lock released: a rerun resumes everything
+    assert again.resumed == len(items) and len(_lines_of(out / "records.jsonl")) == len(items)
+
+
+def test_records_file_removed_mid_run_stops_the_study_in_one_line(make_tiny, tmp_path):
+    from attnviz import faithfulness as F
+    from attnviz.errors import AttnvizError
+
+    lm = make_tiny("bert")
+    out = tmp_path / "s"
+
+    def progress(done, total):
+        if done == 1:
+            (out / "records.jsonl").unlink()
+
+    with pytest.raises(AttnvizError) as e:
+        F.study(lm, ["the keys [MASK] here .", "a dog [MASK] .", "the cats [MASK] ."], out_dir=out,
+                progress=progress, baselines=["blank_out"], ig_steps=2)
+    assert "records.jsonl was removed while this study wrote into it" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_repeated_records_are_read_once_and_counted(make_tiny, tmp_path):
+    """A records file doubled by an earlier mishap: the resumed study and load_study count each sentence once
+    and say how many lines they left out."""
+    from attnviz import faithfulness as F
+    from attnviz.faithfulness.study import load_study
+
+    lm = make_tiny("bert")
+    items = ["the keys [MASK] here .", "a dog [MASK] .", "the cats [MASK] ."]
+    kw = dict(baselines=["blank_out"], ig_steps=2)
+    out = tmp_path / "s"
+    first = F.study(lm, items, out_dir=out, **kw)
+    rec = out / "records.jsonl"
+    lines = _lines_of(rec)
+    rec.write_bytes(b"\n".join(lines + lines[:2]) + b"\n")  # 2 sentences on file twice
+    res = F.study(lm, items, out_dir=out, **kw)
+    assert res.resumed == 3 and res.n_sentences == 3
+    assert any("2 repeated records" in n for n in res.notes), res.notes
+    np.testing.assert_array_equal(res.rho, first.rho)
+    loaded = load_study(out)
+    assert loaded.n_sentences == 3 and any("2 repeated records" in n for n in loaded.notes)
+
+
+# ---------------------------------------------------------------- 15. the app: long links, a server for a class
+def _app(query: dict):
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ATTNVIZ_TORCH_THREADS"] = "1"
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    return at
+
+
+def _app_errors(at) -> str:
+    return " ".join(e.value for e in at.error).replace("\\", "")  # the app escapes markdown
+
+
+def test_app_drops_an_overlong_query_value_at_once(app_spec):
+    """A 100,000-character ?model= is dropped before anything reads it (it took 51 s to be refused), the
+    default model is shown, and one message says why."""
+    at = _app({"model": "A" * 100_000, "text": SENTENCE, "layer": "9" * 5000})
+    assert not at.exception
+    errors = _app_errors(at)
+    assert "'model' value is 100,000 characters long (at most 1,024): it was ignored" in errors
+    assert "'layer' value is 5,000 characters long" in errors
+    assert at.session_state.spec == app_spec and "AAAA" not in errors
+
+
+def test_served_app_never_loads_a_path_typed_into_its_url(app_spec, tiny_folder, monkeypatch):
+    """With ATTNVIZ_SERVE_MODELS (attnviz app --serve) a loadable folder named in the URL is not loaded (the
+    default model is shown, with one message); the folder the teacher allowed loads and is offered in the picker."""
+    monkeypatch.setenv("ATTNVIZ_SERVE_MODELS", "[]")
+    at = _app({"model": str(tiny_folder), "text": SENTENCE})
+    assert not at.exception
+    assert "this server offers only its built-in and packaged models" in _app_errors(at)
+    assert at.session_state.spec == app_spec
+    assert str(tiny_folder) not in at.sidebar.selectbox[0].options
+    monkeypatch.setenv("ATTNVIZ_SERVE_MODELS", json.dumps([str(tiny_folder)]))
+    at = _app({"model": str(tiny_folder), "text": SENTENCE})
+    assert not at.exception and not at.error
+    assert at.session_state.spec == str(tiny_folder)
+    assert str(tiny_folder) in at.sidebar.selectbox[0].options
+
+
+@pytest.mark.parametrize("extra,env", [([], "[]"), (["--allow-model", "TINY"], "TINY")])
+def test_app_serve_binds_where_told_and_passes_the_allowlist(monkeypatch, tiny_folder, tmp_path, extra, env):
+    """`attnviz app --serve --address A` starts Streamlit on A with the served settings and ATTNVIZ_SERVE_MODELS
+    (local folders as absolute real paths, here given relative); the plain command stays on 127.0.0.1."""
+    from attnviz import cli
+    from attnviz.models.allow import ENV
+
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def execv(exe, cmd):  # the command becomes Streamlit: recorded here, then the call ends
+        started.append((cmd, os.environ.get(ENV)))
+        raise Started
+
+    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(os, "name", "posix")
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.chdir(tiny_folder.parent)
+    extra = [tiny_folder.name if x == "TINY" else x for x in extra]
+    with pytest.raises(Started):
+        main(["app", "--serve", "--address", "0.0.0.0", "--port", "8600"] + extra)
+    cmd, allowed = started[-1]
+    assert cmd[cmd.index("--server.address") + 1] == "0.0.0.0" and cmd[cmd.index("--server.port") + 1] == "8600"
+    for opt in cli.SERVE_OPTIONS[::2]:
+        assert opt in cmd
+    assert json.loads(allowed) == ([] if env == "[]" else [os.path.realpath(tiny_folder)])
+    monkeypatch.delenv(ENV, raising=False)
+    with pytest.raises(Started):
+        main(["app"])
+    cmd, allowed = started[-1]
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1" and allowed is None
+    assert "--client.toolbarMode" not in cmd
+
+
+@pytest.mark.parametrize("args,words", [(["--serve"], "--serve needs --address"),
+                                        (["--allow-model", "builtin:agreement"], "--allow-model applies with --serve"),
+                                        (["--serve", "--address", "0.0.0.0", "--allow-model", "/etc"],
+                                         "--allow-model /etc: folder '/etc' has no config.json")])
+def test_app_serve_refusals_are_one_line(args, words, capsys, monkeypatch):
+    from attnviz.models.allow import ENV
+
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(os, "execv", lambda *a: pytest.fail("the server was started"))
+    assert main(["app"] + args) == 2
+    assert words in _one_line_error(capsys.readouterr().err)
+
+
+def test_app_sh_stays_on_this_machine():
+    sh = (ROOT / "scripts" / "app.sh").read_text()
+    assert '--server.address "${ATTNVIZ_ADDRESS:-127.0.0.1}"' in sh

@@ -72,7 +72,8 @@ def run() -> None:
     st.set_page_config(page_title="attnviz", page_icon=":material/grid_on:", layout="wide",
                        initial_sidebar_state="collapsed" if present else "auto")
 
-    said = screen_query() if not st.session_state.get("_init") else []  # before init_state reads the URL
+    if not st.session_state.get("_init"):  # before init_state reads the URL; said on every run of the session
+        st.session_state._link_notes = screen_query()
     ui.init_state()
 
     # the default page (Explore) is served at /; its own pathname is reserved but not served, so it gets
@@ -94,7 +95,7 @@ def run() -> None:
     ui.keep_working_model()
     ui.sidebar()
     ui.flash_load_error()
-    for msg in said:
+    for msg in st.session_state.get("_link_notes", []):
         st.error(ui.plain(msg), icon=":material/link_off:")
     ui.sync_url()
     page.run()
