@@ -25,7 +25,7 @@ from attnviz import export
 from attnviz.cli import main
 from attnviz.errors import InputError, ModelLoadError
 
-from conftest import SENTENCE, tiny_configs
+from conftest import SENTENCE, open_app_page, tiny_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 AGREEMENT = ROOT / "attnviz" / "data" / "models" / "agreement"
@@ -1169,3 +1169,26 @@ def test_app_serve_refusals_are_one_line(args, words, capsys, monkeypatch):
 def test_app_sh_stays_on_this_machine():
     sh = (ROOT / "scripts" / "app.sh").read_text()
     assert '--server.address "${ATTNVIZ_ADDRESS:-127.0.0.1}"' in sh
+
+
+@pytest.fixture(scope="module")
+def nan_beyond_probe_folder(tokenizer, tmp_path_factory):
+    """A tiny BERT saved with NaN in position 40 of its position embeddings (the probe sentence never reaches it)."""
+    model, _ = _fresh_bert(tokenizer)
+    with torch.no_grad():
+        model.bert.embeddings.position_embeddings.weight[40, 3] = float("nan")
+    d = tmp_path_factory.mktemp("nan_pos40")
+    model.save_pretrained(d)
+    tokenizer.save_pretrained(d)
+    return str(d)
+
+
+@pytest.mark.parametrize("page", ["explore", "heads", "flow_graph"])
+def test_every_page_says_where_values_are_not_finite(nan_beyond_probe_folder, page):
+    """A model with NaN beyond the probe sentence, a text that reaches it: Explore, Heads and Flow graph say
+    which maps, which layers and why (never a silent blank map)."""
+    at = open_app_page(page, nan_beyond_probe_folder, LONG)
+    assert not at.exception
+    shown = " ".join([w.value for w in at.warning] + [c.value for c in at.caption]).replace("\\", "")
+    assert "position_embeddings" in shown and "not finite" in shown, shown[:2000]
+    assert "attention (layers 1-2)" in shown, shown[:2000]

@@ -16,6 +16,9 @@ st.caption("Nodes are tokens at each layer (input at the bottom); an edge from a
 a = ui.analysis(("attention",))
 if a is None:
     st.stop()
+for note in a.notes:  # NaN or inf in the maps (which, in which layers, why): said, never drawn blank in silence
+    if "not finite" in note:
+        st.warning(ui.plain(note), icon=":material/warning:")
 n = len(a.tokens)
 if n > figures.MAX_GRAPH_TOKENS:
     st.warning(f"The text has {n} tokens; the graph is drawn for up to {figures.MAX_GRAPH_TOKENS}. "

@@ -23,6 +23,9 @@ method = st.session_state.heads_method
 a = ui.analysis((method,))
 if a is None:
     st.stop()
+for note in a.notes:  # NaN or inf in the maps (which, in which layers, why): said, never drawn blank in silence
+    if "not finite" in note:
+        st.warning(ui.plain(note), icon=":material/warning:")
 if method not in a.maps:
     st.warning(f"{ui.method_label(method)} is not available for this model: "
                f"{ui.plain(a.disabled.get(method, 'unknown reason'))}")
