@@ -1,8 +1,9 @@
-"""Fuzzing the text input (hypothesis): whatever the text, analyze() and encode() either return finite
-results or raise one of the project's own errors (attnviz.errors), never anything else.
+"""Fuzzing (hypothesis). The text input: whatever the text, analyze() and encode() either return finite
+results or raise one of the project's own errors (attnviz.errors), never anything else. The command line:
+whatever the arguments, `attnviz` ends with exit status 0 or 2, a refusal is one line, never a traceback.
 
 Run with -s to see how many cases ran; derandomised, so every run tries the same cases
-(ATTNVIZ_FUZZ_CASES=N for more)."""
+(ATTNVIZ_FUZZ_CASES=N, ATTNVIZ_CLI_FUZZ_CASES=N for more)."""
 from __future__ import annotations
 
 import math
