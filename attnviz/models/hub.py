@@ -188,8 +188,9 @@ def _wrap_stream(inner, url, started, size, sock):
 
 def wrap_client(client):
     """An httpx client -> the same client with every transport (the default one and the proxies') bounded."""
-    if not isinstance(getattr(client, "_transport", None), DeadlineTransport):
-        client._transport = DeadlineTransport(client._transport)
+    inner = getattr(client, "_transport", None)
+    if inner is not None and not isinstance(inner, DeadlineTransport):
+        client._transport = DeadlineTransport(inner)
     mounts = getattr(client, "_mounts", None)
     if isinstance(mounts, dict):
         for k, tr in list(mounts.items()):
