@@ -482,7 +482,12 @@ def _blank_out(ctx: Context):
     kind = blank_choice(ctx.lm) if ctx.blank_kind == "auto" else ctx.blank_kind
     if kind != "token":
         if ctx.blank_kind == "auto":
-            ctx.notes.append(f"blank-out uses the {btok}: this tokenizer's unknown token is a document boundary")
+            try:
+                declared = blank_token(ctx.lm.tokenizer)[1]
+            except InputError:
+                declared = "none"
+            ctx.notes.append(f"blank-out uses the {btok}: this tokenizer's unknown token ({declared}) is a document "
+                             "boundary, and blanking with it would cut the text in two")
         return d, True
     bid, _, which = blank_token(ctx.lm.tokenizer)
     tk = ctx.lm.tokenizer
