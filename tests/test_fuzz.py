@@ -203,7 +203,8 @@ def test_fuzz_command_lines(tiny_bert_folder, tmp_path, monkeypatch):
     import attnviz.faithfulness  # noqa: F401  (attnviz.faithfulness.study is also the name of a function there)
 
     monkeypatch.setattr(sys.modules["attnviz.faithfulness.study"], "run_on_ray", no_ray)
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(ENV, "[]")  # recorded as it was before this test, then unset for it
+    monkeypatch.delenv(ENV)
     threads = torch.get_num_threads()
     counts = {"cases": 0, "ran": 0, "refused": 0, "help": 0, "app started": 0}
     by_command = {}

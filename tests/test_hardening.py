@@ -1135,7 +1135,8 @@ def test_app_serve_binds_where_told_and_passes_the_allowlist(monkeypatch, tiny_f
 
     monkeypatch.setattr(os, "execv", execv)
     monkeypatch.setattr(os, "name", "posix")
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(ENV, "[]")  # recorded as it was before this test (a plain delenv of an unset name is not)
+    monkeypatch.delenv(ENV)
     monkeypatch.chdir(tiny_folder.parent)
     extra = [tiny_folder.name if x == "TINY" else x for x in extra]
     with pytest.raises(Started):
@@ -1160,7 +1161,8 @@ def test_app_serve_binds_where_told_and_passes_the_allowlist(monkeypatch, tiny_f
 def test_app_serve_refusals_are_one_line(args, words, capsys, monkeypatch):
     from attnviz.models.allow import ENV
 
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(ENV, "[]")  # recorded as it was before this test, then unset for it
+    monkeypatch.delenv(ENV)
     monkeypatch.setattr(os, "execv", lambda *a: pytest.fail("the server was started"))
     assert main(["app"] + args) == 2
     assert words in _one_line_error(capsys.readouterr().err)

@@ -364,8 +364,7 @@ def resolve(spec) -> tuple:
     if spec.startswith((".", "/", "~")) or os.sep in spec.replace("/", "", 1) or spec.count("/") > 1:
         raise ModelLoadError(f"no such model folder: '{name_}'")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?", spec) or len(spec) > 96:
-        raise ModelLoadError(f"'{name_}' is neither a built-in model, a local folder, a GGUF file nor a valid "
-                             "Hugging Face id")
+        raise ModelLoadError(f"'{name_}' is neither a built-in model, a local folder nor a valid Hugging Face id")
     return "hub", spec
 
 
