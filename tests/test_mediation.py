@@ -531,3 +531,40 @@ def test_study_command_writes_and_resumes(tiny_bert_folder, tmp_path, capsys):
     capsys.readouterr()
     assert main(base + ["--engine", "ray"]) == 2
     assert "local engine only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fam", FAMS)
+@pytest.mark.parametrize("mode", ("zero", "mean"))
+def test_knockout_matches_hf_hooks(fam, mode, tiny64):
+    """A head knocked out (its output before the projection set to 0, or to its mean over positions) by
+    a pre-hook on the HF model's output projection."""
+    from attnviz.mediation import knockout
+
+    lm = tiny64(fam)
+    text = A
+    ea, _, cids = _setup(lm, text, text)
+    P = _parts(lm.model, fam)
+    l, h = 1, 2
+
+    def pre(m, args):
+        x = args[0].clone()
+        dh = x.shape[-1] // 4
+        s = x[..., h * dh:(h + 1) * dh]
+        x[..., h * dh:(h + 1) * dh] = 0 if mode == "zero" else s.mean(1, keepdim=True)
+        return (x,) + tuple(args[1:])
+
+    hk = P["o"][l].register_forward_pre_hook(pre)
+    try:
+        with torch.no_grad():
+            ref = torch.softmax(lm.model(input_ids=ea.ids).logits[0, ea.target].double(), -1).numpy()
+    finally:
+        hk.remove()
+    k = knockout(lm, text, l, h, mode=mode, contrast=CONTRAST)
+    tol = max(RTOL64[fam], 1e-6)
+    np.testing.assert_allclose(k.p_after, ref, rtol=tol, atol=1e-12)
+    z_a = _z(lm, ea.ids, ea.target, cids)
+    assert k.y_before == pytest.approx(math.exp(z_a), rel=tol)
+    assert 1 + k.change == pytest.approx(ref[cids[0]] / ref[cids[1]] / math.exp(z_a), rel=tol)
+    assert k.tvd > 1e-4
+    with pytest.raises(InputError, match="no head"):
+        knockout(lm, text, 9, 0)

@@ -6,10 +6,12 @@ the prediction? (Vig et al. 2020; Finlayson et al. 2021; causal tracing, Meng et
     m.total_effect            # y(x')/y(x) - 1, y = p(are)/p(is) at the target
     m.nie_attention           # [L, H] natural indirect effect of each head's attention weights
     m.residual                # [L+1, n] causal tracing: the hidden state at (layer, token) from x'
+    k = knockout(lm, text, layer=3, head=1, mode="zero", contrast=("are", "is"))   # one head knocked out
 
 core.py: the interventions; pairs.py: minimal pairs built from the shipped sets; study.py: the corpus study.
 """
-from .core import HEAD_KINDS, KIND_LABELS, KINDS, Mediation, align, heads_for_share, mediate, nominal_layer_passes
+from .core import (HEAD_KINDS, KIND_LABELS, KINDS, Knockout, Mediation, align, heads_for_share, knockout, mediate,
+                   nominal_layer_passes)
 
-__all__ = ["mediate", "Mediation", "KINDS", "HEAD_KINDS", "KIND_LABELS", "align", "heads_for_share",
+__all__ = ["mediate", "Mediation", "knockout", "Knockout", "KINDS", "HEAD_KINDS", "KIND_LABELS", "align", "heads_for_share",
            "nominal_layer_passes"]

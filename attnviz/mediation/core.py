@@ -251,31 +251,46 @@ def _run(lm, enc: Encoded, layers: list, ids: tuple, dtype) -> _Run:
 _EXTRAS = ("q_norm", "k_norm", "window", "softcap", "attn_out_norm", "ffn_out_norm", "score_bias")
 
 
-def _layer_at_target(w, x: torch.Tensor, t: int, rope) -> torch.Tensor:
-    """One layer computed for query row t only: x [B, n, d] -> the layer output at t, [B, 1, d]. Keys and
-    values from every position (a causal layer reads positions 0..t). Layers with attention extras
-    (_EXTRAS, several rotary tables) run the full layer_forward and keep row t."""
-    if isinstance(rope, dict) or any(getattr(w, f, None) is not None for f in _EXTRAS):
-        return layer_forward(w, x, rope=rope).resid_out[:, t:t + 1]
-    B, n, _ = x.shape
+def _plain(lm, rope) -> bool:
+    """Whether every layer's attention is q, k, v, a scale and (maybe) a causal mask: then a layer can be
+    computed for a window of positions with the positions before it read from the cached run."""
+    return not isinstance(rope, dict) and not any(getattr(w, f, None) is not None
+                                                  for w in lm.arch.layers for f in _EXTRAS)
+
+
+def _layer_window(w, x: torch.Tensor, s: int, st: LayerState, rope, q: slice, plain: bool) -> torch.Tensor:
+    """One layer for the positions s..s+m-1 of x [B, m, d], the output at the query rows q (relative to
+    s): [B, |q|, d]. Keys and values of the positions before s come from st (the cached run, which the
+    patched runs equal there: a causal model's prefix before every patched position). Layers that are
+    not plain run layer_forward in full (then s is 0 and x covers every position)."""
+    if not plain:
+        return layer_forward(w, x, rope=rope).resid_out[:, q]
+    B, m, _ = x.shape
     H, Hkv, dh = w.n_heads, w.n_kv_heads, w.head_dim
-    m = t + 1 if w.causal else n
-    h = apply_norm(x[:, :m], w.norm1) if w.placement == "pre" else x[:, :m]
-    ht = h[:, t:t + 1]
-    q = (ht @ w.wq + (0 if w.bq is None else w.bq)).view(B, 1, H, dh).transpose(1, 2)
+    h = apply_norm(x, w.norm1) if w.placement == "pre" else x
+    hq = h[:, q]
+    r = hq.shape[1]
+    qq = (hq @ w.wq + (0 if w.bq is None else w.bq)).view(B, r, H, dh).transpose(1, 2)
     k = (h @ w.wk + (0 if w.bk is None else w.bk)).view(B, m, Hkv, dh).transpose(1, 2)
     v = (h @ w.wv + (0 if w.bv is None else w.bv)).view(B, m, Hkv, dh).transpose(1, 2)
+    qpos = torch.arange(s, s + m, device=x.device)[q]
     if w.rotary:
         cos, sin = rope
-        q = apply_rope(q, cos[:, t:t + 1].unsqueeze(1), sin[:, t:t + 1].unsqueeze(1))
-        k = apply_rope(k, cos[:, :m].unsqueeze(1), sin[:, :m].unsqueeze(1))
+        qq = apply_rope(qq, cos[:, qpos].unsqueeze(1), sin[:, qpos].unsqueeze(1))
+        k = apply_rope(k, cos[:, s:s + m].unsqueeze(1), sin[:, s:s + m].unsqueeze(1))
+    if s:
+        k = torch.cat([st.k[:, :, :s].expand(B, -1, -1, -1), k], 2)
+        v = torch.cat([st.v[:, :, :s].expand(B, -1, -1, -1), v], 2)
     rep = H // Hkv
     if rep > 1:
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    probs = torch.softmax((q @ k.transpose(-1, -2)) * w.scale, dim=-1)
-    ctx = (probs @ v).transpose(1, 2).reshape(B, 1, H * dh)
+    scores = (qq @ k.transpose(-1, -2)) * w.scale
+    if w.causal:
+        scores = scores.masked_fill(torch.arange(s + m, device=x.device)[None, :] > qpos[:, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    ctx = (probs @ v).transpose(1, 2).reshape(B, r, H * dh)
     attn_out = ctx @ w.wo + (0 if w.bo is None else w.bo)
-    return after_attention(w, x[:, t:t + 1], attn_out).resid_out
+    return after_attention(w, x[:, q], attn_out).resid_out
 
 
 def _from_ctx(w, x: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
@@ -304,27 +319,32 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
-def _plan(kind: str, base: _Run, src: _Run, L: int, H: int, n: int, t: int) -> list:
-    """[(entry layer, index tuple)] of the mediators of `kind` that can change the output (the rest are
-    skipped: effect 0). Entry e: the mediator's state is the input of layer e (e = L: already final)."""
+def _plan(kind: str, base: _Run, src: _Run, L: int, H: int, n: int, t: int, causal: bool) -> list:
+    """[(window start s, entry layer e, index tuple)] of the mediators of `kind` that can change the
+    output (the rest are skipped: effect 0; in a causal model that includes every position after the
+    target). Entry e: the mediator's state is the input of layer e (e = L:
+    already the last layer's output). s: the first position the patch can change (a causal model's
+    positions before it equal the cached run's; 0 otherwise)."""
     out = []
     if kind in HEAD_KINDS:
         dh = base.ctx[0].shape[-1] // H
+        first = [j for j in range(n) if not _same(base.resid(0)[0, j], src.resid(0)[0, j])]
+        s = (first[0] if first else 0) if causal else 0
         for l in range(L):
             for h in range(H):
                 if kind == "attention":
                     same = _same(base.states[l].probs[0, h], src.states[l].probs[0, h])
                 else:
                     same = _same(base.ctx[l][0, :, h * dh:(h + 1) * dh], src.ctx[l][0, :, h * dh:(h + 1) * dh])
-                if not same:
-                    out.append((l + 1, (l, h)))
+                if not same and s <= t:
+                    out.append((s, l + 1, (l, h)))
     elif kind == "residual":
         for r in range(L + 1):
             for j in range(n):
                 if r == L and j != t:
                     continue
-                if not _same(base.resid(r)[0, j], src.resid(r)[0, j]):
-                    out.append((r, (r, j)))
+                if not (causal and j > t) and not _same(base.resid(r)[0, j], src.resid(r)[0, j]):
+                    out.append((j if causal else 0, r, (r, j)))
     else:
         for l in range(L):
             for j in range(n):
@@ -332,27 +352,27 @@ def _plan(kind: str, base: _Run, src: _Run, L: int, H: int, n: int, t: int) -> l
                     continue
                 a = base.states[l].attn_out if kind == "attn_block" else base.states[l].ffn_out
                 b = src.states[l].attn_out if kind == "attn_block" else src.states[l].ffn_out
-                if not _same(a[0, j], b[0, j]):
-                    out.append((l + 1, (l, j)))
+                if not (causal and j > t) and not _same(a[0, j], b[0, j]):
+                    out.append((j if causal else 0, l + 1, (l, j)))
     return out
 
 
-def _entries(kind: str, idx: list, base: _Run, src: _Run, layers: list, t: int, last: bool) -> torch.Tensor:
-    """The patched states of mediators `idx` (all of one layer): residual row r -> the input of layer r
-    [B, n, d] (row L: [B, 1, d] at the target); the others -> the output of their layer l, [B, n, d], or
-    [B, 1, d] at the target when l is the last layer (`last`)."""
+def _entries(kind: str, idx: list, base: _Run, src: _Run, layers: list, t: int, rows: slice) -> torch.Tensor:
+    """The patched states of mediators `idx` (all of one layer) at the positions `rows`: residual row r ->
+    the input of layer r (row L: the last layer's output at the target); the others -> the output of
+    their layer l. [B, |rows|, d]."""
     B = len(idx)
+    o = rows.start
     if kind == "residual":
         r = idx[0][0]
         if r == len(layers):
             return src.resid(r)[:, t:t + 1].expand(B, -1, -1).clone()
-        x = base.resid(r).expand(B, -1, -1).clone()
+        x = base.resid(r)[:, rows].expand(B, -1, -1).clone()
         for b, (_, j) in enumerate(idx):
-            x[b, j] = src.resid(r)[0, j]
+            x[b, j - o] = src.resid(r)[0, j]
         return x
     l = idx[0][0]
     w, st = layers[l], base.states[l]
-    rows = slice(t, t + 1) if last else slice(None)
     if kind in HEAD_KINDS:
         if kind == "attention":
             P = st.probs[:, :, rows].expand(B, -1, -1, -1).clone()
@@ -370,54 +390,65 @@ def _entries(kind: str, idx: list, base: _Run, src: _Run, layers: list, t: int, 
     if kind == "attn_block":
         A = _attn_block(st)[:, rows].expand(B, -1, -1).clone()
         for b, (_, j) in enumerate(idx):
-            A[b, j - (t if last else 0)] = _attn_block(src.states[l])[0, j]
+            A[b, j - o] = _attn_block(src.states[l])[0, j]
         return after_attention(w, st.resid_in[:, rows].expand(B, -1, -1), A).resid_out
     F = st.ffn_out[:, rows].expand(B, -1, -1).clone()
     for b, (_, j) in enumerate(idx):
-        F[b, j - (t if last else 0)] = src.states[l].ffn_out[0, j]
+        F[b, j - o] = src.states[l].ffn_out[0, j]
     return _from_ffn_out(w, st, F, rows)
 
 
 def _wavefront(lm, kind: str, plan: list, base: _Run, src: _Run, layers: list, ids: tuple, max_rows: int,
                counter: dict) -> np.ndarray:
-    """z_c1 - z_c2 [len(plan)] for the planned mediators (plan sorted by entry layer), in chunks of at
-    most max_rows token rows, each chunk one pass from its lowest entry layer to the top."""
+    """z_c1 - z_c2 [len(plan)] for the planned mediators (plan sorted by window start, then entry layer):
+    the mediators of one window start go up together, in chunks of at most max_rows token rows, each
+    chunk one pass from its lowest entry layer to the top over the positions s..hi-1 (hi: the target + 1
+    in a causal model, n otherwise)."""
     L = len(layers)
     n = base.states[0].resid_in.shape[1]
     t = base.enc.target
     rope = rope_for(lm.arch, base.states[0].resid_in)
-    per = max(1, max_rows // n)
+    plain = _plain(lm, rope)
+    causal = lm.arch.causal and plain
     z = np.empty(len(plan))
-    for c0 in range(0, len(plan), per):
-        chunk = plan[c0:c0 + per]
+    c0 = 0
+    while c0 < len(plan):
+        s = plan[c0][0] if plain else 0
+        hi = t + 1 if causal else n
+        m = hi - s
+        per = max(1, max_rows // m)
+        chunk = []
+        while c0 + len(chunk) < len(plan) and len(chunk) < per and plan[c0 + len(chunk)][0] == plan[c0][0]:
+            chunk.append(plan[c0 + len(chunk)])
         by_entry: dict = {}
-        for e, ix in chunk:
+        for _, e, ix in chunk:
             by_entry.setdefault(e, []).append(ix)
         x = None
         done = []
+        win = slice(s, hi)
         for e in range(min(by_entry), L + 1):
             if e in by_entry:
                 ix = by_entry[e]
-                # same-layer mediators of the head and token kinds are patched inside layer e-1
-                new = _entries(kind, ix, base, src, layers, t, last=(kind != "residual" and e == L))
+                # the head and token kinds entering at e were patched inside layer e-1: at the top only
+                # the target row is needed
+                top = kind != "residual" and e == L
+                new = _entries(kind, ix, base, src, layers, t, slice(t, t + 1) if top else win)
                 if kind != "residual":
-                    counter["layer_passes"] += len(ix) * (1.0 / n if e == L else 1.0)
+                    counter["layer_passes"] += len(ix) * (1 if top else m) / n
                 x = new if x is None else torch.cat([x, new], 0)
                 done.extend(ix)
             if e == L:
                 break
             if x is None:
                 continue
-            if e == L - 1:
-                x = _layer_at_target(layers[e], x, t, rope)
-                counter["layer_passes"] += x.shape[0] / n
-            else:
-                x = layer_forward(layers[e], x, rope=rope).resid_out
-                counter["layer_passes"] += x.shape[0]
+            q = slice(t - s, t - s + 1) if e == L - 1 else slice(None)
+            x = _layer_window(layers[e], x, s, base.states[e], rope, q, plain)
+            counter["layer_passes"] += x.shape[0] * (1 if e == L - 1 else m) / n
         zz = _logit_diff(lm, x[:, 0], ids).cpu().numpy()
         pos = {ix: i for i, ix in enumerate(done)}
-        for k, (_, ix) in enumerate(chunk):
+        for k, (_, _, ix) in enumerate(chunk):
             z[c0 + k] = zz[pos[ix]]
+        c0 += len(chunk)
     return z
 
 
@@ -430,13 +461,15 @@ def _effects(lm, kind, base: _Run, src: _Run, ref_z: float, layers, ids, max_row
     being patched, `src` the run the mediator's value comes from."""
     L, H = len(layers), layers[0].n_heads
     n, t = base.states[0].resid_in.shape[1], base.enc.target
-    plan = sorted(_plan(kind, base, src, L, H, n, t), key=lambda p: p[0])
+    rope = rope_for(lm.arch, base.states[0].resid_in)
+    causal = lm.arch.causal and _plain(lm, rope)
+    plan = sorted(_plan(kind, base, src, L, H, n, t, causal), key=lambda p: (p[0], p[1]))
     shape = _shape(kind, L, H, n)
     eff = np.full(shape, math.expm1(base.z - ref_z))  # not patched: the run's own y (NIE 0, NDE the TE)
     skipped = np.ones(shape, dtype=bool)
     if plan:
         z = _wavefront(lm, kind, plan, base, src, layers, ids, max_rows, counter)
-        for (_, ix), zi in zip(plan, z):
+        for (_, _, ix), zi in zip(plan, z):
             eff[ix] = math.expm1(zi - ref_z)
             skipped[ix] = False
     counter["computed"] += len(plan)
@@ -554,3 +587,70 @@ def nominal_layer_passes(L: int, H: int, n: int, kinds: Sequence[str] = ("attent
         else:
             w += n * sum(L - l for l in range(L))
     return w
+
+
+@dataclass
+class Knockout:
+    """One head knocked out at the target: the output distribution before and after.
+
+    p_before, p_after: [V] float64 probabilities at the target; top: [(token, p_before, p_after)] for
+    the tokens most likely before or after; y_before, y_after, change: with a contrast (c1, c2),
+    y = p(c1)/p(c2) and its relative change y_after / y_before - 1 (+0.41 = +41 %), else None."""
+
+    layer: int
+    head: int
+    mode: str
+    target: int
+    p_before: np.ndarray
+    p_after: np.ndarray
+    top: list
+    y_before: Optional[float] = None
+    y_after: Optional[float] = None
+    change: Optional[float] = None
+
+    @property
+    def tvd(self) -> float:
+        """Total variation distance between the two output distributions (of 1)."""
+        return float(0.5 * np.abs(self.p_after - self.p_before).sum())
+
+
+def knockout(lm, text: str, layer: int, head: int, mode: str = "zero", contrast: Optional[Sequence[str]] = None,
+             top_k: int = 5, target: Optional[int] = None, max_tokens: int = 128) -> Knockout:
+    """Knock out head `head` of layer `layer` (0-based) and recompute the layers above: "zero" sets the
+    head's output (before the output projection) to 0 at every position, "mean" to its mean over the
+    text's positions. Returns the target's output distribution before and after (Knockout)."""
+    check_model(lm)
+    if mode not in ("zero", "mean"):
+        raise InputError(f"knock-out mode must be 'zero' or 'mean', got {mode!r}")
+    L, H = len(lm.arch.layers), lm.arch.layers[0].n_heads
+    if not (0 <= layer < L and 0 <= head < H):
+        raise InputError(f"there is no head {layer + 1}.{head + 1}: the model has {L} layers of {H} heads")
+    enc = encode(lm, text, max_tokens, target)
+    ids = _contrast_ids(lm, contrast) if contrast is not None else (0, 0)
+    dtype = next(iter(lm.model.parameters())).dtype  # the model's own precision
+    layers = lm.layers(dtype)
+    t = enc.target
+    with torch.inference_mode():
+        base = _run(lm, enc, layers, ids, dtype)
+        w, st = layers[layer], base.states[layer]
+        dh = w.head_dim
+        ctx = base.ctx[layer].clone()
+        sl = ctx[:, :, head * dh:(head + 1) * dh]
+        sl.copy_(torch.zeros_like(sl) if mode == "zero" else sl.mean(1, keepdim=True).expand_as(sl))
+        x = _from_ctx(w, st.resid_in, ctx)
+        rope = rope_for(lm.arch, x)
+        for li in range(layer + 1, L):
+            x = layer_forward(layers[li], x, rope=rope).resid_out
+        hp = next(iter(lm.model.parameters()))
+        before = lm.arch.head(final_norm(lm.arch, base.states[-1].resid_out[:, t:t + 1]).to(hp.dtype))[0, 0].double()
+        after = lm.arch.head(final_norm(lm.arch, x[:, t:t + 1]).to(hp.dtype))[0, 0].double()
+        pb, pa = torch.softmax(before, -1).cpu().numpy(), torch.softmax(after, -1).cpu().numpy()
+    top_ids = list(dict.fromkeys(list(np.argsort(-pb)[:top_k]) + list(np.argsort(-pa)[:top_k])))
+    toks = lm.tokenizer.convert_ids_to_tokens([int(i) for i in top_ids])
+    res = Knockout(layer=layer, head=head, mode=mode, target=t, p_before=pb, p_after=pa,
+                   top=[(tk, float(pb[i]), float(pa[i])) for tk, i in zip(toks, top_ids)])
+    if contrast is not None:
+        zb = float(before[ids[0]] - before[ids[1]])
+        za = float(after[ids[0]] - after[ids[1]])
+        res.y_before, res.y_after, res.change = math.exp(zb), math.exp(za), math.expm1(za - zb)
+    return res
