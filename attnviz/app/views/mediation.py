@@ -15,7 +15,7 @@ from attnviz.errors import InputError
 from attnviz.figures.mediation import effect_map, row_map
 from attnviz.jobs import Job
 from attnviz.mediation import heads_for_share, mediate, nominal_layer_passes
-from attnviz.mediation.knockout import knock_out
+from attnviz.mediation.ablation import knock_out
 from attnviz.text import token_labels
 from attnviz.app import ui
 

@@ -9,7 +9,7 @@ import torch
 
 import attnviz
 from attnviz.errors import InputError
-from attnviz.mediation.knockout import knock_out
+from attnviz.mediation.ablation import knock_out
 
 TEXT = "the keys to the cabinet [MASK] on the table ."
 
