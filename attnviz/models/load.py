@@ -723,9 +723,8 @@ def wrap(model, tokenizer, spec: str = "custom", source: str = "", check: bool =
 
 def load_model(spec, device="cpu") -> LoadedModel:
     """'builtin:NAME' | 'pkg:minilm' | 'pkg:smollm2' | 'pkg:mpnet' | 'pkg:gemma3' | local folder | .gguf file |
-    hub id (str or
-    os.PathLike) -> LoadedModel (self-checked on `device`: "cpu" (default) | "cuda" | "cuda:N" |
-    torch.device; the trace and every method then compute there, results come back as numpy)."""
+    hub id (str or os.PathLike) -> LoadedModel (self-checked on `device`: "cpu" (default) | "cuda" |
+    "cuda:N" | torch.device; the trace and every method then compute there, results come back as numpy)."""
     dev = resolve_device(device)  # before any loading: a missing GPU is said at once
     kind, source = resolve(spec)
     spec = os.fspath(spec) if isinstance(spec, os.PathLike) else spec.strip()
