@@ -142,12 +142,13 @@ class MediationStudy:
         sp = {}
         for name in SCORES:
             sc = np.array([r["scores"][name] for r in self.records], dtype=np.float64)
-            per = np.array([_spearman(sc[i].ravel(), nie[i].ravel() * np.sign(te[i])) for i in range(N)])
+            per = _spearman_rows(sc.reshape(N, -1), nie.reshape(N, -1) * np.sign(te)[:, None])
             ok = per[np.isfinite(per)]
             pm = float(ok.mean()) if len(ok) else float("nan")
             ph = float(stats.t.ppf(0.975, len(ok) - 1) * ok.std(ddof=1) / math.sqrt(len(ok))) if len(ok) > 1 else float("nan")
             corpus = _spearman(sc.mean(0).ravel(), mean.ravel() * np.sign(te.mean()))
-            bs = np.array([_spearman(sc[b].mean(0).ravel(), nie[b].mean(0).ravel() * np.sign(te[b].mean())) for b in boots])
+            bs = _spearman_rows(sc.reshape(N, -1)[boots].mean(1),
+                                nie.reshape(N, -1)[boots].mean(1) * np.sign(te[boots].mean(1))[:, None])
             bs = bs[np.isfinite(bs)]
             sp[name] = dict(per_pair_mean=pm, per_pair_ci=[pm - ph, pm + ph], per_pair_n=int(len(ok)),
                             corpus=corpus, corpus_ci=[float(np.quantile(bs, 0.025)), float(np.quantile(bs, 0.975))]
@@ -175,9 +176,10 @@ class MediationStudy:
                                       for k, v in sorted(att.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))},
                     skipped=len(self.skipped), seconds=self.seconds)
 
-    def markdown(self, kind: str = "attention") -> str:
-        """The tables of a study: TE, the top heads, concentration, Spearman of the head scores."""
-        s = self.summary(kind)
+    def markdown(self, kind: str = "attention", summary: Optional[dict] = None) -> str:
+        """The tables of a study: TE, the top heads, concentration, Spearman of the head scores (from
+        `summary`, this kind's summary(), when given)."""
+        s = summary if summary is not None else self.summary(kind)
         lines = [f"**{s['model']}**, {s['n_pairs']} pairs, NIE of the {kind.replace('_', ' ')} intervention "
                  f"({s['layers']} layers × {s['heads']} heads); {s['skipped']} pairs skipped",
                  "",
@@ -219,16 +221,24 @@ class MediationStudy:
                     m, hf = s["mean_nie"][l][h], s["ci_half"][l][h]
                     rows.append(f"{k},{l + 1},{h + 1},{m:.6g},{m - hf:.6g},{m + hf:.6g},{s['mean_share'][l][h]:.6g}")
         (out / "heads.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-        (out / "summary.md").write_text("\n\n".join(self.markdown(k) for k in self.kinds) + "\n", encoding="utf-8")
+        (out / "summary.md").write_text("\n\n".join(self.markdown(k, sums[k]) for k in self.kinds) + "\n", encoding="utf-8")
         return {"summary": str(out / "summary.json"), "heads": str(out / "heads.csv"), "markdown": str(out / "summary.md")}
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    from scipy.stats import spearmanr
+def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair of a, b [k, m] (average ranks for ties; NaN for a constant row)."""
+    from scipy.stats import rankdata
 
-    if np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
+    ra, rb = rankdata(a, axis=1), rankdata(b, axis=1)
+    ra -= ra.mean(1, keepdims=True)
+    rb -= rb.mean(1, keepdims=True)
+    den = np.sqrt((ra * ra).sum(1) * (rb * rb).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (ra * rb).sum(1) / np.where(den > 0, den, 1), np.nan)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    return float(_spearman_rows(np.asarray(a, dtype=np.float64)[None], np.asarray(b, dtype=np.float64)[None])[0])
 
 
 def _ci(ci, digits: int = 4) -> str:
@@ -347,11 +357,12 @@ def run_cli(args, items: list) -> int:
         if bar is not None:
             bar.close()
     paths = res.write(args.out)
+    sums = json.loads(Path(paths["summary"]).read_text(encoding="utf-8"))
     print(f"{res.n_pairs} pairs ({res.resumed} from an earlier run, {len(res.skipped)} skipped) in {res.seconds:.1f} s; "
           f"model {lm.spec}")
     for reason, c in why.items():
         print(f"left out {c} pair(s): {reason}")
     for k in kinds:
-        print("\n" + res.markdown(k))
+        print("\n" + res.markdown(k, sums[k]))
     print("\nwritten: " + ", ".join(paths.values()))
     return 0
