@@ -167,11 +167,24 @@ def read_npz(data: bytes) -> dict:
     return d
 
 
-def figure_bytes(fig, fmt: str = "png", scale: float = 2.0) -> bytes:
-    """plotly Figure -> PNG or SVG bytes (kaleido, which drives a headless Chromium)."""
+def figure_bytes(fig, fmt: str = "png", scale: float = 2.0, caption=None) -> bytes:
+    """plotly Figure -> PNG or SVG bytes (kaleido, which drives a headless Chromium). caption: a line or
+    lines of plain text written under the figure (the sentence, model, target and prediction, what its
+    marks mean), so that the file stands alone; the figure itself is left unchanged (a copy is drawn)."""
+    import html as _html
+
     fmt = fmt.lower()
     if fmt not in ("png", "svg"):
         raise ValueError(f"format must be 'png' or 'svg', got {fmt!r}")
+    if caption:
+        lines = [caption] if isinstance(caption, str) else [c for c in caption if c]
+        fig = type(fig)(fig)
+        extra = 20 * len(lines) + 16
+        old_b = fig.layout.margin.b if fig.layout.margin.b is not None else 80
+        fig.update_layout(height=(fig.layout.height or 600) + extra, margin_b=old_b + extra)
+        fig.add_annotation(text="<br>".join(_html.escape(str(x)) for x in lines), xref="paper", yref="paper",
+                           x=0.0, y=0.0, xanchor="left", yanchor="top", yshift=-(old_b + 6), showarrow=False,
+                           align="left", font=dict(size=13, color="#333"))
     width = fig.layout.width or 1200
     return fig.to_image(format=fmt, width=width, height=fig.layout.height or 600,
                         scale=scale if fmt == "png" else 1)

@@ -93,12 +93,26 @@ def start_server(root: Path, count_log: Path, log: Path):
 
 
 class Sampler:
-    """The largest RSS of a process and its children, sampled every 0.2 s in a thread."""
+    """The largest RSS of a process and its children, sampled every 0.2 s in a thread; and the CPU
+    seconds of every other process this bench started (the browsers: the playwright driver and its
+    Chromium processes), the last reading of each process summed at the end."""
 
     def __init__(self, pid: int):
         self.proc, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self.me = psutil.Process(os.getpid())
+        self.browser_cpu: dict = {}
         self._t = threading.Thread(target=self._loop, daemon=True)
         self._t.start()
+
+    def _browsers(self):
+        server = {self.proc.pid} | {p.pid for p in self.proc.children(recursive=True)}
+        for p in self.me.children(recursive=True):
+            if p.pid not in server:
+                try:
+                    t = p.cpu_times()
+                    self.browser_cpu[p.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
 
     def rss(self) -> int:
         total = 0
@@ -112,6 +126,10 @@ class Sampler:
     def _loop(self):
         while not self._stop.is_set():
             self.peak = max(self.peak, self.rss())
+            try:
+                self._browsers()
+            except psutil.Error:
+                pass
             time.sleep(0.2)
 
     def stop(self):
@@ -175,6 +193,7 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float) -> dict:
         times = asyncio.run(open_all(url, n, timeout_s))
         wall = time.time() - t0
         s_cpu = cpu_seconds(server) - s_cpu0
+        b_cpu = sum(sampler.browser_cpu.values())
         late = asyncio.run(open_all(url, 1, timeout_s))[0]
         sampler.stop()
         counts = Counter()
@@ -188,7 +207,8 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float) -> dict:
                     failed=[t for t in times if not isinstance(t, float)],
                     p50_s=statistics.median(ok) if ok else None, p95_s=pct(ok, 0.95) if ok else None,
                     max_s=max(ok) if ok else None, late_tab_s=late, wall_s=wall,
-                    server_peak_mb=sampler.peak / 2 ** 20, server_cpu_s=s_cpu,
+                    server_peak_mb=sampler.peak / 2 ** 20, server_cpu_s=s_cpu, browser_cpu_s=b_cpu,
+                    load_avg=os.getloadavg(),
                     computed={k: [c, round(secs[k], 2)] for k, c in counts.items()})
     finally:
         proc.terminate()
@@ -215,7 +235,8 @@ def main(argv=None) -> int:
               f" ({r['ok']} drew it; failed: {r['failed'] or 'none'}); all done after {r['wall_s']:.1f} s")
         print(f"  a late tab once cached: {r['late_tab_s'] if isinstance(r['late_tab_s'], str) else round(r['late_tab_s'], 1)} s;"
               f" warm-up page (model load): {r['warmup_s'] if isinstance(r['warmup_s'], str) else round(r['warmup_s'], 1)} s")
-        print(f"  server: peak RSS {r['server_peak_mb']:.0f} MB, CPU {r['server_cpu_s']:.1f} s during the run")
+        print(f"  server: peak RSS {r['server_peak_mb']:.0f} MB, CPU {r['server_cpu_s']:.1f} s during the run; "
+              f"browsers: CPU {r['browser_cpu_s']:.1f} s; load average after: {', '.join(f'{x:.1f}' for x in r['load_avg'])}")
         print("  computed (times, seconds in all):")
         for k, (c, s) in sorted(r["computed"].items(), key=lambda kv: -kv[1][0]):
             print(f"    {c:3d}x  {s:7.2f} s  {k}")

@@ -309,6 +309,11 @@ def test_downloads_are_real_files(server, browser, spec):
     with np.load(io.BytesIO(got["Analysis as NPZ"])) as z:
         np.testing.assert_allclose(z["maps/attention/heads"], ref.maps["attention"].heads, rtol=1e-6)
     assert got["Maps as SVG"].lstrip().startswith(b"<svg")
+    svg_text = got["Maps as SVG"].decode()  # the file stands alone: sentence, model, target, prediction
+    assert "Sentence: the keys to the cabinet [MASK] red ." in svg_text.replace("&#x27;", "'")
+    assert f"Model: {spec}" in svg_text and "target (row): 6·[MASK]" in svg_text
+    if spec == "builtin:agreement":
+        assert "prediction: are" in svg_text
     assert got["Maps as PNG"][:8] == b"\x89PNG\r\n\x1a\n"
     ctx.close()
 
@@ -507,7 +512,9 @@ def test_minimal_pair_maps_and_difference(server, browser, spec):
     page.close()
 
 
-def test_line_view_hover_highlights_one_token(server, browser, spec):
+def test_line_view_hover_heads_lock_model_and_neuron_views(server, browser, spec):
+    """The head view (hover: one token's lines), several heads in their own colours, click-lock, the
+    model view's click and the neuron view's softmax, on one page."""
     lm = attnviz.load_model(spec)
     ref = attnviz.analyze(lm, SENTENCE_1, methods=["attention"])
     page = open_explore(browser, server, spec, (1280, 900), "attention", SENTENCE_1, layer=3, head=2, draw="lines",
@@ -527,6 +534,50 @@ def test_line_view_hover_highlights_one_token(server, browser, spec):
     info = frame.locator("#info").text_content()
     assert "draws from" in info
     page.screenshot(path=str(SHOTS / "12_lines.png"))
+
+    # several heads at once, each in its own colour: head 3 switched on beside head 2
+    from attnviz.figures import HEAD_COLOURS
+
+    page.mouse.move(0, 0)
+    frame.locator(".chip[data-h='2']").click()
+    frame.locator("line.edge[data-h='2']").first.wait_for(state="attached", timeout=600_000)  # a level line has no height
+    got = frame.locator("line.edge").evaluate_all(
+        "els => els.map(e => [+e.dataset.h, +e.dataset.i, +e.dataset.j, +e.dataset.v, e.getAttribute('stroke')])")
+    for hh in (1, 2):
+        mine = [g for g in got if g[0] == hh]
+        H_ = ref.maps["attention"].heads[2, hh]
+        assert {(i, j) for _, i, j, _, _ in mine} == {(i, j) for i in range(H_.shape[0]) for j in range(H_.shape[1])
+                                                        if H_[i, j] >= 0.02 * H_.max()}
+        assert {c for *_, c in mine} == {HEAD_COLOURS[hh]}, (hh, {c for *_, c in mine})
+    # a click keeps a token's lines when the mouse leaves it; a second click lets them go
+    tok = frame.locator(f"text.tok.dst[data-pos='{tgt}']")
+    tok.click()
+    page.mouse.move(0, 0)
+    shown = frame.locator("line.edge").evaluate_all("els => els.filter(e => e.style.display !== 'none').map(e => +e.dataset.i)")
+    assert shown and set(shown) == {tgt} and frame.locator("#info").text_content().startswith("🔒")
+    tok.click()
+    page.mouse.move(0, 0)
+    assert frame.locator("line.edge").evaluate_all("els => els.every(e => e.style.display !== 'none')")
+    # the model view: every layer x head as a thumbnail; a click opens layer 2, head 3 alone in the head view
+    assert frame.locator("#model .cell").count() == ref.maps["attention"].heads.shape[0] * (ref.maps["attention"].heads.shape[1] + 1)
+    frame.locator("#model .cell[data-layer='1'][data-head='2']").click()
+    got = frame.locator("line.edge").evaluate_all("els => els.map(e => [+e.dataset.h, +e.dataset.i, +e.dataset.j, +e.dataset.v])")
+    H_ = ref.maps["attention"].heads[1, 2]
+    assert {g[0] for g in got} == {2}
+    for _, i, j, v in got:
+        assert v == pytest.approx(H_[i, j], rel=1e-4)
+    assert frame.locator("#layerpick").input_value() == "1"
+    # the neuron view: the softmax of q·k/√d of the query token equals the head's attention row (layer 3
+    # is the app's layer, head 3 is now the first head shown... switch back to layer 3 to see it)
+    frame.locator("#layerpick").select_option("2")
+    frame.locator("#neuron table").wait_for(state="attached", timeout=600_000)
+    soft = frame.locator("#neuron tr.nrow td:last-child").evaluate_all("els => els.map(e => parseFloat(e.textContent))")
+    np.testing.assert_allclose(soft, ref.maps["attention"].heads[2, 2][tgt], atol=2e-3)
+    # wide enough to read: at least 60 % of the app's content width
+    w = page.locator(".st-key-lines_attention iframe").bounding_box()["width"]
+    main = page.locator("[data-testid=stMainBlockContainer]").bounding_box()["width"]
+    assert w >= 0.6 * main, (w, main)
+    page.screenshot(path=str(SHOTS / "12_lines_model_view.png"), full_page=True)
     page.close()
 
 

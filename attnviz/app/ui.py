@@ -540,8 +540,12 @@ def model_card(source) -> Optional[str]:
 def page(title: str, caption: str):
     """A page's title and explanation, then its model: the LoadedModel, or the page stops after the
     one-line reason it could not be loaded."""
-    st.title(title)
-    st.caption(caption)
+    if present():  # a projector's first screen is for the figures: a small title, the explanation folded
+        present_style()
+        st.subheader(title, anchor=False, help=caption)
+    else:
+        st.title(title)
+        st.caption(caption)
     lm = model()
     if lm is None:
         st.stop()
@@ -838,6 +842,17 @@ PRESENT_CSS = """<style>
 </style>"""
 
 
+def big(fig):
+    """fig with every text at least figures.PRESENT_FONT px in presentation mode (figures.enlarge), else fig."""
+    return figures.enlarge(fig, figures.PRESENT_FONT) if present() else fig
+
+
+def theme():
+    """The theme argument of st.plotly_chart for figures that use Streamlit's: None in presentation mode
+    (Streamlit's theme would set its own, smaller tick fonts over figures.enlarge's)."""
+    return None if present() else "streamlit"
+
+
 def present_style() -> None:
     """Presentation mode's page style: less empty space above the first line."""
     st.html(PRESENT_CSS)
@@ -903,10 +918,11 @@ def open_story(a) -> None:
         st.query_params["layer"], st.query_params["head"] = str(ss.layer), ss.head  # the link opens here too
 
 
-def contrast(a):
+def contrast(a, typed: Optional[str] = None):
     """The words the blank chooses between, with the model's probabilities, the right one first when the
-    example says which: [(word, p)], or [] where there is no such choice (Analysis.choices)."""
-    typed = text()
+    example (typed, default the sidebar's sentence) says which: [(word, p)], or [] where there is no such
+    choice (Analysis.choices)."""
+    typed = text() if typed is None else typed
     if typed in STORY and a.choices:
         _, right, wrong = STORY[typed]
         for words, probs in a.choices:
@@ -926,12 +942,12 @@ def ratio_text(p1: float, p2: float) -> str:
     return f"{r:,.0f}×" if r >= 10 else f"{r:.1f}×"
 
 
-def prediction_line(a):
+def prediction_line(a, typed: Optional[str] = None):
     """The prediction in one line: "are 0.61 — 277× is" (the contrast pair, the likelier first) or the
     top word and its probability; None without a prediction."""
     if not a.prediction:
         return None
-    pair = contrast(a)
+    pair = contrast(a, typed)
     if len(pair) >= 2:
         (w1, p1), (w2, p2) = sorted(pair[:2], key=lambda wp: -wp[1])
         return f"{w1} {_p(p1)} — {ratio_text(p1, p2)} {w2}"
@@ -967,3 +983,41 @@ def show_contrast(a) -> None:
                      f'<div style="font-size:1.1rem;color:#555">p(<b>{_html.escape(w)}</b>){mark}</div>'
                      f'<div style="font-size:1.9rem;font-weight:700;color:{colour}">{_p(p)}</div></div>')
     st.html(f'<div class="contrast" style="display:flex;gap:10px;flex-wrap:wrap">{"".join(cells)}</div>')
+
+
+def query_keys(a, layer: int, view) -> Optional[dict]:
+    """The neuron view's data for a layer of the current text: {"q": [H, n, d], "k": [H, n, d] (a key/value
+    head repeated for the query heads that share it), "scale": 1/√d, "layer", "causal"}, from the trace
+    (queries and keys after rotary embeddings); None when the view hides or merges tokens (its rows are
+    then not the model's positions) or the trace has no queries. Cached for every session in RESULTS."""
+    import numpy as np
+
+    if len(view.labels) != len(a.tokens):
+        return None
+    lm = model()
+    if lm is None:
+        return None
+    key = ("query_keys", spec(), text(), target(), cap(), int(layer))
+
+    def compute(progress):
+        from attnviz.trace import encode, trace as run_trace
+
+        tr = run_trace(lm, encode(lm, text(), max_tokens=cap(), target=target()))
+        st_ = tr.layers[layer]
+        if st_.q is None or st_.k is None:
+            return {}
+        def arr(x):
+            return x.detach().cpu().double().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
+
+        q, k = arr(st_.q), arr(st_.k)
+        k = np.repeat(k, q.shape[0] // k.shape[0], axis=0)
+        return {"q": q, "k": k, "scale": 1.0 / float(np.sqrt(q.shape[-1])), "layer": int(layer),
+                "causal": lm.task == "causal_lm"}
+
+    try:
+        got = RESULTS.run(key, compute)
+    except Exception:  # noqa: BLE001 - the neuron view is an extra: the head view stands without it
+        return None
+    if not got or got["q"].shape[1] != len(a.tokens):
+        return None
+    return got

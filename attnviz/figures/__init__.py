@@ -6,7 +6,7 @@
     bars.py          target-row bars, the prediction bars
     heads.py         the Heads page's grid of every head
     graph.py         the layered attention graph (rollout path mass, flow's edge flows) and its figure
-    lineview.py      one map as lines between two columns of tokens (HTML)
+    lineview.py      the line views (bertviz's head, model and neuron views) as HTML pages
     faithfulness.py  importance bars and the corpus study's figure
 
 The figures sit above the engine: they import attnviz's engine modules, and no engine module imports
@@ -17,15 +17,15 @@ from .bars import prediction_bars, row_bars
 from .faithfulness import importance_figure, study_figure
 from .graph import MAX_GRAPH_TOKENS, attention_graph, graph_figure, graph_methods
 from .heads import GRID_MAX_TOKENS, block_labels, block_pool, head_grid
-from .lineview import line_view_html
+from .lineview import HEAD_COLOURS, head_colour, line_view_height, line_view_html
 from .maps import (LONG_MAP_PX, MAX_CELL_TEXT, MIN_WIDTH, PRESENT_FONT, PRESENT_WIDTH, TICK_PX, Sizes, View,
                    auto_columns, heatmap, heatmaps, make_view, panel_min_px, ratio_heatmap, row_label_every,
                    row_ticks, sizes, y_label_px)
-from .style import FONT, HIGHLIGHT, SEQ_COLORS, layer_axis
+from .style import FONT, HIGHLIGHT, SEQ_COLORS, enlarge, layer_axis
 
 __all__ = ["prediction_bars", "row_bars", "importance_figure", "study_figure", "MAX_GRAPH_TOKENS",
            "attention_graph", "graph_figure", "graph_methods", "GRID_MAX_TOKENS", "block_labels", "block_pool", "head_grid",
-           "line_view_html", "LONG_MAP_PX", "MAX_CELL_TEXT", "MIN_WIDTH", "PRESENT_FONT", "PRESENT_WIDTH", "TICK_PX",
+           "line_view_html", "line_view_height", "HEAD_COLOURS", "head_colour", "LONG_MAP_PX", "MAX_CELL_TEXT", "MIN_WIDTH", "PRESENT_FONT", "PRESENT_WIDTH", "TICK_PX",
            "Sizes", "sizes", "View", "auto_columns",
            "heatmap", "heatmaps", "make_view", "panel_min_px", "ratio_heatmap", "row_label_every", "row_ticks",
-           "y_label_px", "FONT", "HIGHLIGHT", "SEQ_COLORS", "layer_axis"]
+           "y_label_px", "FONT", "HIGHLIGHT", "SEQ_COLORS", "enlarge", "layer_axis"]

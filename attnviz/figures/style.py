@@ -64,3 +64,28 @@ def layer_axis(fig, L: int) -> None:
     labels at 1024 px were a blur)."""
     ticks = list(range(1, L + 1)) if L <= 20 else [1] + list(range(5, L + 1, 5))
     fig.update_xaxes(title_text="layer", range=[0.5, L + 0.5], tickmode="array", tickvals=ticks)
+
+
+FONT_KEYS = ("font", "tickfont", "textfont", "insidetextfont", "outsidetextfont")
+
+
+def enlarge(fig: go.Figure, font: float) -> go.Figure:
+    """A copy of fig with every text at least `font` px (titles, ticks, axis and colour-bar titles and
+    numbers, annotations, legends, bar labels; hover labels left as they are): presentation mode for
+    the figures that have no size setting of their own."""
+    def walk(d):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k == "hoverlabel":
+                    continue
+                if k in FONT_KEYS and isinstance(v, dict):
+                    v["size"] = max(float(v.get("size") or 0), float(font))
+                walk(v)
+        elif isinstance(d, (list, tuple)):
+            for v in d:
+                walk(v)
+
+    d = fig.to_dict()
+    d.get("layout", {}).setdefault("font", {})
+    walk(d)
+    return go.Figure(d, _validate=False)

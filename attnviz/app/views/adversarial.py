@@ -316,22 +316,22 @@ def explore(fr, jw):
                         help="On by default when the baselines' output changes dwarf the frontier's.")
     i_jsd, i_eps = fr.at_jsd(x_target), fr.within(eps)
     i = i_jsd if ss.adv_follow == "jsd" else i_eps
-    st.plotly_chart(frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y), key="adv_frontier_chart")
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y)), key="adv_frontier_chart")
     st.markdown(ui.plain(fr.caption(eps)))
     which = (f"the lowest TVD at JSD ≥ {x_target:.2f}" if ss.adv_follow == "jsd"
              else f"the largest JSD at TVD ≤ {eps:g}")
     st.markdown(f"**Shown below** ({ui.plain(which)}; move a slider to switch): JSD {fr.jsd[i]:.4f}, "
                 f"TVD {fr.tvd[i]:.5f}" + ("" if i == 0 else f", found at λ = {fr.lam[i]:.3g}, restart "
                                                             f"{int(fr.restart[i]) + 1}, step {int(fr.step[i])}."))
-    st.plotly_chart(attention_figure(fr, i), key="adv_attention_chart")
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(attention_figure(fr, i)), key="adv_attention_chart")
     p1, p2 = st.columns(2)
     before = figures.prediction_bars(fr.y0_top, title="Prediction with the original attention")
     before.update_layout(meta="pred_before")
     after = figures.prediction_bars(fr.prediction(i), title="Prediction with α′")
     after.update_layout(meta="pred_after")
     # no toolbar on the small bar charts: on hover it covered their titles
-    p1.plotly_chart(before, key="adv_pred_before", config={"displayModeBar": False})
-    p2.plotly_chart(after, key="adv_pred_after", config={"displayModeBar": False})
+    p1.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(before), key="adv_pred_before", config={"displayModeBar": False})
+    p2.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(after), key="adv_pred_after", config={"displayModeBar": False})
     unsure = fr.y0_top and ui.unsure_note(fr.y0_top[0][1], "the words above mean little as predictions. TVD "
                                           "compares the whole output distributions, so how far the output "
                                           "moves is measured all the same.")

@@ -107,7 +107,7 @@ keep = ~sm.special if no_special and (~sm.special).any() else np.ones(len(sm.tok
 L = len(sm.change)
 
 st.subheader("This sentence", anchor=False)
-st.plotly_chart(layer_lines(_means(sm.ratios, keep), "Mean ratio per layer: this sentence", "sentence_lines"),
+st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(layer_lines(_means(sm.ratios, keep), "Mean ratio per layer: this sentence", "sentence_lines")),
                 key="cm_sentence_lines")
 with st.expander("What each line is", expanded=True):  # the legend's short names, spelled out
     st.markdown("\n".join(f"- **{k}**: {v}" for k, v in EXPLAIN.items()))
@@ -118,7 +118,7 @@ st.caption(f"ATBFFRESLN completeness error (the parts plus the remainder against
 
 name = st.selectbox("Ratio per token", list(ATTN + FFN), index=len(ATTN + FFN) - 1, key="cm_token_method",
                     format_func=lambda k: f"{k} — {EXPLAIN[k]}")
-st.plotly_chart(figures.ratio_heatmap(sm.ratios[name], labels, name), key="cm_token_heatmap")
+st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(figures.ratio_heatmap(sm.ratios[name], labels, name)), key="cm_token_heatmap")
 
 
 # ---------------------------------------------------------------------------------- side by side
@@ -131,7 +131,7 @@ def side_by_side():
     b = sm.maps[context.AFTER][layer - 1]
     fig = figures.heatmaps([a, b], labels, [f"{before.label}, layer {layer}", f"{after.label}, layer {layer}"],
                          [before.unit, after.unit], target=sm.target)
-    st.plotly_chart(fig, key="cm_maps")
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(fig), key="cm_maps")
     ch = go.Figure(go.Bar(x=list(range(1, L + 1)), y=sm.change, marker_color=["#d62728" if l == layer else "#1f77b4"
                                                                               for l in range(1, L + 1)],
                           text=[f"{v:.3f}" for v in sm.change], textposition="outside", cliponaxis=False,
@@ -143,7 +143,7 @@ def side_by_side():
     ch.update_layout(title="Contextualization change ATTNRESLN → ATBFFRESLN per layer", height=320,
                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white", meta="change",
                      uniformtext=dict(minsize=10, mode="hide"))
-    st.plotly_chart(ch, key="cm_change")
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(ch), key="cm_change")
     st.caption("1 − Spearman's ρ between the two flattened maps of a layer: 0 when the FFN, its residual "
                "and the second norm keep the ranking of the (receiver, source) pairs"
                + ("; a causal model's structurally zero upper triangle is left out." if sm.causal else "."))

@@ -239,17 +239,34 @@ def maps_panel():
                          ticktext=[view.labels[i] for i in keep])
     if st.session_state.get("draw") == "lines":
         st.markdown(f"**{ui.plain(fig_title)}** — right: the receiving token (row i); left: the tokens it draws "
-                    "from (column j). Line weight = the value, relative to the map's largest.")
+                    "from (column j). Line weight = the value, relative to the map's largest. Head chips switch heads "
+                    "on and off (each its own colour); the layer picker changes layer; click a token to keep its lines.")
         if len(view.labels) > ui.STRIP_OPEN_MAX:  # 160 tokens: 3,600 px of crossing lines a map
             st.caption(f"At {len(view.labels)} tokens each line view is {46 + 22 * len(view.labels) + 70:,} px "
                        "tall and its lines cross densely: hover a token to see only its own lines, or draw "
                        "heatmaps to see a whole map on one screen.")
         from streamlit.components.v1 import html as component_html
-        for c, (m, M) in enumerate(zip(shown, mats)):  # one above the other: readable at 1024 px
+        font = ui.fig_font() or 15
+        first_heads = next((m for m in shown if a.maps[m].heads is not None), None)
+        for c, (m, M) in enumerate(zip(shown, mats)):  # one above the other, each the page's width
+            mp = a.maps[m]
+            kw, n_layers = {}, 1
+            if mp.heads is not None:  # every head (and the layer map) of every layer when they fit, else this layer's
+                rs1 = METHODS[m].rows_sum_to_one
+                ls = range(L) if L * (mp.heads.shape[1] + 1) * len(view.labels) ** 2 <= figures.lineview.MAX_EMBED else [l]
+                stack = np.array([[view.apply(X, rs1) for X in list(mp.heads[k]) + [mp.layer[k]]] for k in ls])
+                n_layers = len(stack)
+                kw = dict(heads=stack, layer=l, selected=[h - 1] if h else [mp.heads.shape[1]],
+                          head_names=[f"head {k + 1}" for k in range(mp.heads.shape[1])] + ["layer map"],
+                          model_view=m == first_heads)
+                if m == first_heads and m == "attention":
+                    kw["qk"] = ui.query_keys(a, l, view)
             with st.container(key=f"lines_{m}"):
                 component_html(figures.line_view_html(M, view.labels, title=longs[c], value_name=units[c],
-                                                    target=view.target),
-                               height=46 + 22 * len(view.labels) + 70)
+                                                      target=view.target, font=font, **kw),
+                               height=figures.line_view_height(len(view.labels), n_layers, bool(kw.get("model_view")),
+                                                               kw.get("qk") is not None, font),
+                               scrolling=True)
     else:
         st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
     if present:
@@ -298,17 +315,25 @@ def maps_panel():
 
     with st.expander("Download", icon=":material/download:", key="download"):
         stem = "attnviz_layer%d%s" % (l + 1, "" if not h else f"_head{h}")
+        # what an exported figure is of, under it: it must make sense away from the app
+        line = ui.prediction_line(a)
+        about = [f"Sentence: {ui.text()}",
+                 f"Model: {ui.spec()} · target (row): {token_labels(a.tokens)[a.target]}"
+                 + (f" · prediction: {line}" if line else "") + f" · {fig_title}",
+                 "Rows: the receiving token i; columns: the source token j; the target's row label is red."]
+        if any("*" in t for t in titles):
+            about.append("* layer map: this method has no per-head form, so the picked head does not apply to it.")
         d1, d2, d3, d4 = st.columns(4)
-        d1.download_button("Maps as PNG", lambda: export.figure_bytes(fig, "png"), file_name=stem + ".png",
+        d1.download_button("Maps as PNG", lambda: export.figure_bytes(fig, "png", caption=about), file_name=stem + ".png",
                            mime="image/png", on_click="ignore", key="dl_png")
-        d2.download_button("Maps as SVG", lambda: export.figure_bytes(fig, "svg"), file_name=stem + ".svg",
+        d2.download_button("Maps as SVG", lambda: export.figure_bytes(fig, "svg", caption=about), file_name=stem + ".svg",
                            mime="image/svg+xml", on_click="ignore", key="dl_svg")
         d3.download_button("Analysis as JSON", lambda: export.to_json(a), file_name="attnviz_analysis.json",
                            mime="application/json", on_click="ignore", key="dl_json")
         d4.download_button("Analysis as NPZ", lambda: export.to_npz(a), file_name="attnviz_analysis.npz",
                            mime="application/octet-stream", on_click="ignore", key="dl_npz")
         if bars is not None:
-            st.download_button("Row bars as PNG", lambda: export.figure_bytes(bars, "png"),
+            st.download_button("Row bars as PNG", lambda: export.figure_bytes(bars, "png", caption=about),
                                file_name=stem + "_row.png", mime="image/png", on_click="ignore", key="dl_row")
         values = sum(m.layer.size + (m.heads.size if m.heads is not None else 0) for m in a.maps.values())
         values += sum(np.asarray(v).size for v in (a.mixing or {}).values())

@@ -160,7 +160,7 @@ st.caption("; ".join(e for e in explain if e) + f". Compared over {len(imp.posit
 def bars_panel(imp, rows: dict, L: int):
     layer = st.slider("Layer of the maps' rows", 1, L, L, key="fa_layer")
     fig = named_as_everywhere(figures.importance_figure(imp, rows, layer - 1), list(rows))
-    st.plotly_chart(fig, key="fa_bars", config={"displayModeBar": False})
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(fig), key="fa_bars", config={"displayModeBar": False})
     st.caption("Red: importance baselines (absolute change of the target quantity, or gradient sizes). "
                "Blue: each map's row for the target at this layer. Each panel has its own scale: the "
                "correlations below compare ranks only.")
@@ -386,4 +386,4 @@ else:
                "/".join(map(str, ref["layers"])) + ": " +
                "; ".join(f"{ui.method_label(m)} " + "/".join(f"{v:+.2f}" for v in ref[m])
                          for m in ref if m != "layers"))
-    st.plotly_chart(named_as_everywhere(figures.study_figure(res, sstat), list(res.methods)), key="fa_study_fig")
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(named_as_everywhere(figures.study_figure(res, sstat), list(res.methods))), key="fa_study_fig")

@@ -56,7 +56,7 @@ G = figures.attention_graph(a.maps["attention"].layer, a.tokens, method=ss.graph
                           source=None if ss.graph_source == ui.AUTO else ss.graph_source, top=ss.graph_top)
 src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
 fig = figures.graph_figure(G, threshold=ss.graph_threshold)
-st.plotly_chart(fig, theme=None, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
+st.plotly_chart(ui.big(fig), theme=None, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
 total = G.graph["total"]
 st.caption(graphs[ss.graph_method].caption.format(output=ui.plain(labels[ss.graph_output]), top=ss.graph_top,
                                                    source=ui.plain(src), total=total))

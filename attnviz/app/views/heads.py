@@ -49,6 +49,15 @@ if block > 1:  # a long text: L x (H+1) maps of n x n would be hundreds of MB fo
     st.caption(f"{n_tok} tokens: each cell shows blocks of {block} tokens (the rows of a block averaged, its "
                f"columns summed, so rows still sum as they did), to keep the grid light; open a cell on Explore "
                f"for every token.")
+lm = ui.model()
+if "heads_log" not in st.session_state:  # a causal model's first column (an attention sink) washes out the rest
+    st.session_state.heads_log = lm is not None and lm.task == "causal_lm"
+if st.toggle("Log colours", key="heads_log", help="Colours on a log scale (down to 1/10,000 of the grid's largest "
+                                                  "value): the cells beside an attention sink become visible."):
+    floor = max(float(heads.max()), float(layer_maps.max()), 1e-12) * 1e-4
+    heads, layer_maps = np.log10(np.clip(heads, floor, None)), np.log10(np.clip(layer_maps, floor, None))
+    heads, layer_maps = heads - np.log10(floor), layer_maps - np.log10(floor)
+    value_name = f"log10(value / {floor:.1e}): {value_name}"
 fig = figures.head_grid(heads, layer_maps, labels, value_name=value_name, layer_label=METHODS[method].layer_map)
 # readable with many layers (SmolLM2: 30 x 9 + 1 cells) at 1024 px: rows of a fixed height (not
 # 1000 px / columns each, mostly blank), layer names written horizontally ("L12", not rotated 10 px
@@ -85,7 +94,7 @@ def _open(layer: int, head: int) -> None:
     st.session_state._goto_explore = True
 
 
-event = st.plotly_chart(fig, theme=None, key="head_grid", on_select="rerun", selection_mode="points",
+event = st.plotly_chart(ui.big(fig), theme=None, key="head_grid", on_select="rerun", selection_mode="points",
                         config={"displayModeBar": False})
 points = event.selection.points if event and event.get("selection") else []
 if points:

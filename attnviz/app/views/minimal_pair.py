@@ -14,8 +14,23 @@ from attnviz.app import ui
 lm = ui.page("Minimal pair", "Two sentences that differ in one word — a singular or plural attractor, “his” or “her” — analysed "
              "with the same maps at the same layer and head. Sentence A's maps, then B's on the same colour "
              "scale, then the difference B − A (blue: more in B, red: more in A).")
-table = P.CAUSAL_PAIRS if lm.task == "causal_lm" else P.PAIRS
+# pairs that differ in exactly one word, each sentence answered right by the model it is offered for
+PAIRS = {
+    "Agreement: singular vs plural attractor": ("the key to the cabinet [MASK] red .", "the key to the cabinets [MASK] red ."),
+    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] red .", "the keys to the cabinets [MASK] red ."),
+    "Pronoun: woman vs man": ("the woman who met the boys lost [MASK] keys .", "the man who met the boys lost [MASK] keys ."),
+}
+CAUSAL_PAIRS = {
+    "Agreement: singular vs plural subject": ("The key to the cabinets [MASK] on the table .",
+                                              "The keys to the cabinets [MASK] on the table ."),
+    "Agreement: no attractor": ("The cat [MASK] sleeping on the sofa .", "The cats [MASK] sleeping on the sofa ."),
+    "Pronoun: woman vs man": ("The woman who talked to the boys lost [MASK] phone .",
+                              "The man who talked to the boys lost [MASK] phone ."),
+}
+table = CAUSAL_PAIRS if lm.task == "causal_lm" else PAIRS
 ss = st.session_state
+if not ss.get("methods"):  # the picker shows what is drawn (an empty box with maps drawn misled)
+    ss.methods = list(ui.DEFAULT_METHODS)
 first = next(iter(table.values()))
 if not ss.get("pair_a"):
     ss.pair_a = first[0]
@@ -30,11 +45,13 @@ def _apply_pair() -> None:
     ss.pair_preset = ui.PRESET_NONE
 
 
-st.selectbox("Examples", [ui.PRESET_NONE] + list(table), key="pair_preset", on_change=_apply_pair)
-c1, c2 = st.columns(2)
-c1.text_input("Sentence A", key="pair_a", persist_state="session", bind="query-params")
-c2.text_input("Sentence B", key="pair_b", persist_state="session", bind="query-params")
-st.multiselect("Methods", list(METHODS), key="methods", persist_state="session", format_func=ui.method_label)
+present = ui.present()
+with st.expander("Sentences and methods", expanded=False) if present else st.container():
+    st.selectbox("Examples", [ui.PRESET_NONE] + list(table), key="pair_preset", on_change=_apply_pair)
+    c1, c2 = st.columns(2)
+    c1.text_input("Sentence A", key="pair_a", persist_state="session", bind="query-params")
+    c2.text_input("Sentence B", key="pair_b", persist_state="session", bind="query-params")
+    st.multiselect("Methods", list(METHODS), key="methods", persist_state="session", format_func=ui.method_label)
 
 methods = [m for m in ss.get("methods", []) if m in METHODS] or list(ui.DEFAULT_METHODS)
 a = ui.analysis(methods, text_=ss.pair_a)
@@ -43,19 +60,25 @@ if a is None or b is None:
     st.stop()
 
 # ---------------------------------------------------------------- predictions and what each model reads
-pa, pb = st.columns(2)
-for col, an, name, typed in ((pa, a, "A", ss.pair_a), (pb, b, "B", ss.pair_b)):
+if present:  # each sentence and its prediction in one line, then the maps
+    import html as _html
+
+    st.html("".join(f'<div style="font-size:1.45rem;line-height:1.3"><b>{name}:</b> {_html.escape(typed)} '
+                    f'<span style="color:#555">→</span> <b>{_html.escape(ui.prediction_line(an, typed) or "")}</b></div>'
+                    for name, an, typed in (("A", a, ss.pair_a), ("B", b, ss.pair_b))))
+pa, pb = st.columns(2) if not present else (None, None)
+for col, an, name, typed in (((pa, a, "A", ss.pair_a), (pb, b, "B", ss.pair_b)) if not present else ()):
     with col:
         st.markdown(f"**{name}:** {ui.plain(typed)}")
         if an.prediction:
-            st.plotly_chart(figures.prediction_bars(an.prediction), theme=None, key=f"pair_pred_{name.lower()}",
+            st.plotly_chart(figures.prediction_bars(an.prediction, font=ui.fig_font()), theme=None, key=f"pair_pred_{name.lower()}",
                             config={"displayModeBar": False})
             if (words := ui.choices_caption(an)) is not None:
                 st.caption(words)
             for note in ui.prediction_caveats(an, None):  # the unsure note per sentence
                 st.caption(note)
         ui.show_token_strip(an, lm, key=f"pair_strip_{name.lower()}", typed=typed)
-if ui.is_builtin(lm):
+if ui.is_builtin(lm) and not present:
     st.caption(ui.BUILTIN_CAVEAT)  # the built-in model's training, once for both
 
 shown = [m for m in methods if m in a.maps and m in b.maps]
@@ -99,12 +122,30 @@ def pair_maps():
         units.append(ui.value_name(m))
     zmax = [max(float(x.max()), float(y.max())) for x, y in zip(mats_a, mats_b)]  # one scale per method for A and B
     where = f"layer {l + 1} · " + (f"head {h}" if h else "all heads")
+    diffs = [P.difference(x, y, a.tokens, b.tokens) for x, y in zip(mats_a, mats_b)]
+    if ui.present() and diffs[0].diff is not None:  # A | B | B − A side by side, one row per method
+        labels = P.pair_labels(a.tokens, b.tokens)
+        for c, m in enumerate(shown):
+            fig = figures.heatmaps([mats_a[c], mats_b[c], diffs[c].diff], labels,
+                                   ["<b>A</b>", "<b>B</b>", "<b>B − A</b>"],
+                                   [units[c], units[c], f"B − A: {units[c]}"],
+                                   target=a.target if a.target == b.target else None,
+                                   title=f"{ui.method_label(m)}, {where}" + ("" if h and a.maps[m].heads is not None
+                                                                           else " (layer map)" if h else ""),
+                                   hover_titles=[f"A: {longs[c]}", f"B: {longs[c]}", f"B − A: {longs[c]}"],
+                                   cols=3 if len(labels) <= 12 else None, zmax=[zmax[c], zmax[c], None],
+                                   diverging=[False, False, True], cell_text=False, font=ui.fig_font(),
+                                   width=figures.PRESENT_WIDTH, max_cols=3)
+            st.plotly_chart(fig, theme=None, key=f"pair_present_{m}")
+        changed = ", ".join(labels[i] for i in diffs[0].changed) or "none"
+        st.caption(f"Tokens that differ: {ui.plain(changed)}. A and B share one colour scale per method; B − A is "
+                   "blue where B's value is larger, red where A's is.")
+        return
     for name, an, mats in (("A", a, mats_a), ("B", b, mats_b)):
         fig = figures.heatmaps(mats, token_labels(an.tokens), titles, units, target=an.target,
                              title=f"{name}: {where}", hover_titles=[f"{name}: {t}" for t in longs], cols=cols,
                              zmax=zmax, cell_text=False)
         st.plotly_chart(fig, theme=None, key=f"pair_{name.lower()}_maps")
-    diffs = [P.difference(x, y, a.tokens, b.tokens) for x, y in zip(mats_a, mats_b)]
     if diffs[0].diff is None:
         st.info(ui.plain(diffs[0].reason) + ".", icon=":material/info:")
         return
