@@ -879,7 +879,9 @@ STUDY = ["study", "--model", "builtin:agreement", "--data", "builtin:agreement"]
     (["app"], ["--port", "70000"], "--port must be at most 65535"),
     (ANALYZE, ["--threads", "many"], "argument --threads: invalid int value: 'many'"),  # argparse: one line too
 ])
-def test_numbers_out_of_range_are_one_line_before_any_work(cmd, args, words, tmp_path, capsys, no_model_load):
+def test_numbers_out_of_range_are_one_line_before_any_work(cmd, args, words, tmp_path, capsys, no_model_load,
+                                                           monkeypatch):
+    monkeypatch.setattr(os, "execv", lambda *a: pytest.fail("the app was started"))  # never this process replaced
     out = [] if cmd == ["app"] else ["--out", str(tmp_path / ("a.json" if cmd == ANALYZE else "s"))]
     assert main(cmd + out + args) == 2
     line = _one_line_error(capsys.readouterr().err)
