@@ -5,6 +5,7 @@ flow − raw (Abnar & Zuidema's question) with their 95 % intervals; sentences w
 undefined (a constant vector) are left out of that cell and counted.
 
     python scripts/cross_model_tables.py runs/builtin runs/minilm ... > tables.md
+    python scripts/cross_model_tables.py --summary runs/builtin runs/minilm ...   # one table, top layer
 """
 from __future__ import annotations
 
@@ -76,9 +77,43 @@ def run_table(folder: Path) -> str:
 
 
 def main() -> int:
-    for f in sys.argv[1:]:
+    args = sys.argv[1:]
+    if args and args[0] == "--summary":
+        print(summary_table(args[1:]))
+        return 0
+    for f in args:
         print(run_table(Path(f)))
     return 0
+
+
+def summary_table(folders) -> str:
+    """One row per run and difference: rollout − raw and flow − raw at the top layer against every
+    baseline (what `--summary` prints)."""
+    lines = []
+    for folder in folders:
+        folder = Path(folder)
+        cfg = json.loads((folder / "config.json").read_text())
+        recs = [json.loads(l) for l in (folder / "records.jsonl").read_text().splitlines() if l.strip()]
+        recs = [r for r in recs if "rho" in r]
+        if not recs:
+            continue
+        methods, baselines = cfg["methods"], cfg["baselines"]
+        if not lines:
+            lines = ["| model (sentences) | difference at the top layer | " + " | ".join(baselines) + " |",
+                     "|---|---|" + "---:|" * len(baselines)]
+        L = len(recs[0]["rho"][0])
+        ai = methods.index("attention")
+        for other in ("rollout", "flow"):
+            oi = methods.index(other)
+            cells = []
+            for bi in range(len(baselines)):
+                d = [r["rho"][oi][L - 1][bi] - r["rho"][ai][L - 1][bi] for r in recs
+                     if r["rho"][oi][L - 1][bi] is not None and r["rho"][ai][L - 1][bi] is not None
+                     and math.isfinite(r["rho"][oi][L - 1][bi]) and math.isfinite(r["rho"][ai][L - 1][bi])]
+                mean, h, n = ci(d)
+                cells.append(f"{fmt(mean, h)} (n {n})")
+            lines.append(f"| {cfg['model']} ({len(recs)}) | {other} − raw (layer {L}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
