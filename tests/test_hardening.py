@@ -717,6 +717,28 @@ def test_hub_requests_have_a_deadline_as_a_whole(drip_server, monkeypatch, mode,
     client.close()
 
 
+def test_hub_install_bounds_the_default_client_and_every_download(monkeypatch):
+    """install(): huggingface_hub's client comes with the deadline transport, and Xet downloads (outside that
+    client) are off, so every file goes through it; a client someone else installed is left alone."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http as h
+
+    from attnviz.models import hub
+
+    monkeypatch.setattr(h, "_GLOBAL_CLIENT_FACTORY", h.default_client_factory)
+    monkeypatch.setattr(h, "_GLOBAL_CLIENT", None, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    hub.install()
+    client = h._GLOBAL_CLIENT_FACTORY()
+    assert isinstance(client._transport, hub.DeadlineTransport) and constants.HF_HUB_DISABLE_XET
+    client.close()
+    h.close_session()
+    mine = lambda: None  # noqa: E731
+    monkeypatch.setattr(h, "_GLOBAL_CLIENT_FACTORY", mine)
+    hub.install()
+    assert h._GLOBAL_CLIENT_FACTORY is mine
+
+
 def test_hub_deadline_allows_a_large_file_at_a_fair_rate(monkeypatch):
     """The body's deadline grows with the file's size (MIN_BYTES_PER_S), so a real download is not cut."""
     import httpx2

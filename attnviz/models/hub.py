@@ -10,7 +10,8 @@ client's transports. Each request then has:
 - a deadline for the body: ATTNVIZ_HUB_TIMEOUT seconds, plus the file's size at MIN_BYTES_PER_S (a file
   must arrive at 50 kB/s on average; of unknown size, the bytes received so far count).
 A request past its deadline raises HubDeadline (not an httpx error, so huggingface_hub does not retry it),
-whose message is one complete line.
+whose message is one complete line. install() also switches off Xet downloads in this process (hf_xet moves
+files outside the httpx client, where no deadline reaches them): every file comes through the bounded client.
 """
 from __future__ import annotations
 
@@ -214,6 +215,9 @@ def install() -> None:
 
     try:
         h.set_client_factory(factory)
+        from huggingface_hub import constants
+
+        constants.HF_HUB_DISABLE_XET = True  # read at each download: files come over HTTP, through the client
     except Exception:  # noqa: BLE001 - an API change costs the bound only
         pass
 
