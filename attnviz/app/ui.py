@@ -166,6 +166,7 @@ def init_state() -> None:
             ss._fallback_note = (f"The built-in model '{DEFAULT_SPEC}' is not installed (no folder "
                                  f"assets/models/agreement): showing '{ss.spec}' instead.")
     ss.text = qp.get("text", DEFAULT_TEXT)
+    ss._text_default = "text" not in qp  # a causal model gets its own default example (sidebar())
     methods = [m for m in (qp.get("methods") or "").split(",") if m in METHODS]
     ss.methods = methods if "methods" in qp else list(DEFAULT_METHODS)
     ss.layer = max(1, _parse_int(qp.get("layer"), 1))
@@ -318,6 +319,8 @@ def sidebar() -> None:
         note = st.session_state.get("_fallback_note")
         if note and spec() != DEFAULT_SPEC:
             st.info(plain(note), icon=":material/info:")
+        if st.session_state.pop("_text_default", False) and _loaded_task() == "causal_lm" and text() == DEFAULT_TEXT:
+            st.session_state.text = CAUSAL_PRESETS["Verb number, 1 attractor"]  # read before the blank: its own example
         st.toggle("Presentation mode", key="present", on_change=_present_switched,
                   help="For a projector: large text in every figure, maps side by side, the sentence, the "
                        "prediction and the first map on the first screen, the view opened where the story is. "

@@ -86,6 +86,13 @@ def enlarge(fig: go.Figure, font: float) -> go.Figure:
                 walk(v)
 
     d = fig.to_dict()
-    d.get("layout", {}).setdefault("font", {})
+    lay = d.setdefault("layout", {})
+    lay.setdefault("font", {})
     walk(d)
+    # room for the larger tick labels and axis titles (the figures' own margins were made for 12 px text)
+    m = dict(lay.get("margin") or {})
+    m.update(l=max(m.get("l", 80), 4 * font), b=max(m.get("b", 80), 3 * font), t=max(m.get("t", 100), 3 * font))
+    lay["margin"] = m
+    if lay.get("height"):
+        lay["height"] = lay["height"] + 2 * font
     return go.Figure(d, _validate=False)

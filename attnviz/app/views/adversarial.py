@@ -27,13 +27,12 @@ COL = dict(points="#c7c7c7", frontier="#1f77b4", perm="#ff7f0e", uniform="#8c564
            jw="#9467bd", at_jsd="#d62728", within="#2ca02c")
 
 lm = ui.page("Adversarial attention",
-             "Replace the attention of the target row at a site by another distribution α′ and let the model run on "
-             "from there: how far can α′ move from the model's own α (Jensen–Shannon divergence, at most ln 2 ≈ 0.69) "
-             "while the output moves little (total variation distance between the output distributions)? "
-             "Jain & Wallace (2019) found very different attention with an unchanged output; Wiegreffe & Pinter (2019) "
-             "argued that the whole trade-off between the two distances is what matters. For every λ of a grid, "
-             "α′ = softmax(θ) minimises TVD − λ·JSD (all λ in one batch, several restarts); the frontier is the lowest "
-             "TVD reached at each JSD.")
+             "Give the target word other attention and let the model run on: how different can that attention be "
+             "while the prediction stays (almost) the same? If very different attention gives the same prediction, "
+             "the attention map alone does not explain the prediction (Jain & Wallace 2019); Wiegreffe & Pinter (2019) "
+             "argued that the whole curve — how much the output changes for each amount of attention change — is "
+             "what matters. The chart draws that curve (the frontier); the words are defined under "
+             "“What the words on this page mean”.")
 try:
     A.check_model(lm)
     enc = encode(lm, ui.text(), ui.cap(), ui.target())
@@ -254,8 +253,14 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
         dict(steps=eps_steps, active=act_eps, x=0.52, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
              currentvalue=dict(prefix="output change ≤ ε = ", font=dict(size=12, color=COL["within"])),
              ticklen=0, font=dict(size=9), name="eps")])
-    fig.update_layout(height=600, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", meta="frontier",
-                      title=f"{site_label(fr)}: attention change vs output change",
+    if not st.session_state.get("adv_legend_all"):  # four legend entries; the rest behind "All legend entries"
+        named = [tr for tr in fig.data if tr.showlegend is not False]
+        for tr in named[4:]:
+            tr.showlegend = False
+    # the title at the left, below the chart's toolbar (top right)
+    fig.update_layout(height=600, margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white", meta="frontier",
+                      title=dict(text=f"{site_label(fr)}: attention change vs output change", x=0.01, xref="container",
+                                 xanchor="left", y=0.99, yanchor="top"),
                       legend=dict(orientation="h", yanchor="top", y=-0.42, font=dict(size=11)))
     return fig
 
@@ -317,6 +322,8 @@ def explore(fr, jw):
     i_jsd, i_eps = fr.at_jsd(x_target), fr.within(eps)
     i = i_jsd if ss.adv_follow == "jsd" else i_eps
     st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y)), key="adv_frontier_chart")
+    st.checkbox("All legend entries", key="adv_legend_all", help="The chart names four series; this names every "
+                "one (other seeds, Jain & Wallace's search, the points at the two slider settings).")
     st.markdown(ui.plain(fr.caption(eps)))
     which = (f"the lowest TVD at JSD ≥ {x_target:.2f}" if ss.adv_follow == "jsd"
              else f"the largest JSD at TVD ≤ {eps:g}")

@@ -133,7 +133,8 @@ if not shown and not coming:
     if present:
         methods_picker()
     st.stop()
-jobs_box = st.container(key="jobs")  # the estimate, progress and Cancel of the maps still to come
+# the estimate, progress and Cancel of the maps still to come (under the maps in presentation mode)
+jobs_box = None if present else st.container(key="jobs")
 
 
 # ---------------------------------------------------------------- maps (a fragment: sliders rerun only this)
@@ -347,6 +348,8 @@ def maps_panel():
 
 if shown:
     maps_panel()
+if present:
+    jobs_box = st.container(key="jobs")
 if present:  # below the maps: the full prediction, the row picker, the notes, the tokens
     model_input()
     prediction_and_notes()
