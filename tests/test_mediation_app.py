@@ -64,3 +64,18 @@ def test_mediation_page_on_the_builtin_model(app_spec):
         _chart(at, key)  # the head-output map, the patching map and the attention/rollout/flow rows are drawn
     lines = [m.value for m in at.markdown if m.value.startswith("**A:** p(")]
     assert len(lines) == 1 and "→" in lines[0]
+
+
+def test_minimal_pair_opens_its_pair_on_mediation(app_spec):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.query_params["model"] = app_spec
+    at.run()
+    at.switch_page("attnviz/app/views/minimal_pair.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    a, b = at.session_state["pair_a"], at.session_state["pair_b"]
+    at.button(key="pair_mediation").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["med_a"] == a and at.session_state["med_b"] == b
+    assert any(t.value == "Mediation" for t in at.title)

@@ -110,3 +110,6 @@ c3.button("Open on Explore", on_click=_open, args=(pick_l, pick_h), key="heads_o
 
 if st.session_state.pop("_goto_explore", False):
     st.switch_page(Path(__file__).with_name("explore.py"))
+
+st.page_link(Path(__file__).with_name("mediation.py"), label="Which heads cause the prediction? Patch them on Mediation",
+             icon=":material/call_split:")

@@ -161,3 +161,16 @@ def pair_maps():
 
 
 pair_maps()
+
+
+def _to_mediation() -> None:
+    ss.med_a, ss.med_b = ss.pair_a, ss.pair_b
+    ss._goto_mediation = True
+
+
+st.button("Is the attention the cause? Open this pair on Mediation", on_click=_to_mediation, key="pair_mediation",
+          icon=":material/call_split:")
+if ss.pop("_goto_mediation", False):
+    from pathlib import Path
+
+    st.switch_page(Path(__file__).with_name("mediation.py"))
