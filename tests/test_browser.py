@@ -585,7 +585,7 @@ def test_adversarial_demo(server, browser, spec):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(f"{server}/adversarial?model={quote(spec)}&page=adversarial&adv_steps=40&adv_points=6&adv_restarts=1"
               f"&adv_jw_steps=0&adv_layer=6&adv_head=1")
-    page.get_by_role("button", name="Compute the frontier").click()
+    page.get_by_role("button", name="Compute the frontier").click(timeout=600_000)
     page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=600_000)
     fig = chart_js(page, "adv_frontier_chart",
                    "g => ({type: g.layout.yaxis.type, names: g.data.map(d => d.name), ys: g.data.map(d => d.y)})")
@@ -604,7 +604,7 @@ def test_adversarial_demo(server, browser, spec):
     before = slider.get_attribute("aria-valuenow")
     page.locator(".st-key-adv_head").click()
     page.get_by_role("option", name="2", exact=True).click()
-    page.get_by_role("button", name="Compute the frontier").click()
+    page.get_by_role("button", name="Compute the frontier").click(timeout=600_000)
     page.wait_for_function("() => location.search.includes('adv_head=2')", timeout=600_000)
     wait_idle(page)  # the search has finished and its chart replaced the previous head's
     page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=600_000)
