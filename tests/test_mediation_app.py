@@ -79,3 +79,25 @@ def test_minimal_pair_opens_its_pair_on_mediation(app_spec):
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["med_a"] == a and at.session_state["med_b"] == b
     assert any(t.value == "Mediation" for t in at.title)
+
+
+def test_explore_knocks_out_the_chosen_head(app_spec):
+    """Explore at layer 3, head 2: the toggle shows the prediction with that head zeroed, as knock_out
+    (checked against a hook on the HF output projection in test_ablation.py) gives it."""
+    from streamlit.testing.v1 import AppTest
+
+    from attnviz.mediation.ablation import knock_out
+
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.query_params["model"] = app_spec
+    at.query_params["layer"] = "3"
+    at.query_params["head"] = "2"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.toggle(key="knock_head").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    lm = attnviz.load_model(app_spec)
+    k = knock_out(lm, at.session_state["text"], [(2, 1)], "zero")
+    lines = [m.value for m in at.markdown if m.value.startswith("Prediction **")]
+    assert len(lines) == 1
+    assert f"{k.top_after[0][1]:.3f}" in lines[0] and f"{k.top_before[0][1]:.3f}" in lines[0]

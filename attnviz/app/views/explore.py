@@ -139,6 +139,34 @@ jobs_box = None if present else st.container(key="jobs")
 
 # ---------------------------------------------------------------- maps (a fragment: sliders rerun only this)
 @st.fragment
+def knock_panel(l: int, h: int) -> None:
+    """The "knock out this head" switch: the prediction with head (l, h) replaced by zero or its mean over
+    the sentence, beside the plain one (attnviz.mediation.ablation)."""
+    from attnviz.errors import InputError
+    from attnviz.mediation.ablation import knock_out
+
+    if not st.toggle(f"Knock out head {l + 1}.{h + 1}", key="knock_head",
+                     help="Run the sentence again with this head's output replaced, and see how the prediction moves: "
+                          "does the model need this head here?"):
+        return
+    mode = st.radio("Replace its output by", ["zero", "mean"], horizontal=True, key="knock_mode",
+                    format_func=lambda m: "zero" if m == "zero" else "its mean over the sentence")
+    pair = [w for w, _ in ui.contrast(a)[:2]]
+    try:
+        k = knock_out(lm_, ui.text(), [(l, h)], mode, contrast=pair if len(pair) == 2 else None, target=a.target)
+    except InputError as e:
+        ui.show_error(e)
+        return
+    before = ", ".join(f"{w.strip()} {p:.3f}" for w, p in k.top_before[:3])
+    after = ", ".join(f"{w.strip()} {p:.3f}" for w, p in k.top_after[:3])
+    st.markdown(f"Prediction **{k.predicted_before.strip()}** → **{k.predicted_after.strip()}** (top 3: {before} → {after})")
+    if k.p_before is not None:
+        st.markdown(f"p({pair[0]}) {k.p_before[0]:.3f} → **{k.p_after[0]:.3f}**, p({pair[1]}) {k.p_before[1]:.3f} → "
+                    f"**{k.p_after[1]:.3f}**: their ratio changes ×{1 + k.y_change:.3g}")
+    st.caption("Mediation (from Minimal pair) asks the same of every head at once, as a cause of the change "
+               "between two sentences.")
+
+
 def maps_panel():
     a = ui.analysis(ask=False, mixing=True)  # only what is cached: the sliders never compute
     if a is None:
@@ -344,6 +372,8 @@ def maps_panel():
                     f"as JSON, up to {values * 8 / 1e6:,.0f} MB as NPZ (compressed), built when you click.")
         st.caption("JSON and NPZ hold the tokens, every computed map (all layers and heads), the prediction, "
                    "the model spec and the attnviz version." + size)
+    if h and a.prediction:
+        knock_panel(l, h - 1)
 
 
 if shown:
