@@ -584,7 +584,7 @@ def test_line_view_hover_heads_lock_model_and_neuron_views(server, browser, spec
 def test_adversarial_demo(server, browser, spec):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(f"{server}/adversarial?model={quote(spec)}&page=adversarial&adv_steps=40&adv_points=6&adv_restarts=1"
-              f"&adv_jw_steps=0&adv_layer=6&adv_head=1")
+              f"&adv_jw_steps=0&adv_layer=6&adv_head=1&text={quote(SENTENCE_1)}")
     page.get_by_role("button", name="Compute the frontier").click(timeout=600_000)
     page.wait_for_selector(".st-key-adv_frontier_chart .js-plotly-plot", timeout=600_000)
     fig = chart_js(page, "adv_frontier_chart",
