@@ -64,29 +64,38 @@ def _head_slices(heads, L: int, H: int) -> dict:
     return by_layer
 
 
-def _logits(lm, enc, by_layer: dict, mode: str, dtype) -> torch.Tensor:
-    """The logits [V] at the target with the heads of by_layer knocked out (none: the plain forward)."""
+def _knocked(w, x, rope, heads: set, mode: str) -> torch.Tensor:
+    """One layer with the given heads' attention results replaced (zero or their mean over positions)."""
+    st = layer_forward(w, x, rope=rope)
+    rep = w.n_heads // w.n_kv_heads
+    v = st.v.repeat_interleave(rep, dim=1) if rep > 1 else st.v
+    per_head = st.probs @ v  # [1, H, n, dh]
+    for h in heads:
+        per_head[:, h] = 0.0 if mode == "zero" else per_head[:, h].mean(dim=1, keepdim=True)
+    B, H, n, dh = per_head.shape
+    attn_out = per_head.transpose(1, 2).reshape(B, n, H * dh) @ w.wo + (0 if w.bo is None else w.bo)
+    return after_attention(w, x, attn_out).resid_out
+
+
+def _logits(lm, enc, by_layer: dict, mode: str, dtype) -> tuple:
+    """The logits [V] at the target without and with the heads of by_layer knocked out: one run up to the
+    first knocked layer, then the plain and the knocked runs from there."""
     layers = lm.layers(dtype)
     x = hf_forward(lm, enc.ids).hidden_states[0].to(dtype)
     rope = rope_for(lm.arch, x)
-    for l, w in enumerate(layers):
-        st = layer_forward(w, x, rope=rope)
-        if l in by_layer:
-            rep = w.n_heads // w.n_kv_heads
-            v = st.v.repeat_interleave(rep, dim=1) if rep > 1 else st.v
-            per_head = st.probs @ v  # [1, H, n, dh]
-            for h in by_layer[l]:
-                per_head[:, h] = 0.0 if mode == "zero" else per_head[:, h].mean(dim=1, keepdim=True)
-            B, H, n, dh = per_head.shape
-            ctx = per_head.transpose(1, 2).reshape(B, n, H * dh)
-            attn_out = ctx @ w.wo + (0 if w.bo is None else w.bo)
-            x = after_attention(w, x, attn_out).resid_out
-        else:
-            x = st.resid_out
+    first = min(by_layer) if by_layer else len(layers)
+    for w in layers[:first]:
+        x = layer_forward(w, x, rope=rope).resid_out
+    plain, knocked = x, x
+    for l in range(first, len(layers)):
+        w = layers[l]
+        plain = layer_forward(w, plain, rope=rope).resid_out
+        knocked = (_knocked(w, knocked, rope, by_layer[l], mode) if l in by_layer
+                   else layer_forward(w, knocked, rope=rope).resid_out)
     t = enc.target
-    xf = final_norm(lm.arch, x[:, t:t + 1])
     hp = next(iter(lm.model.parameters()))
-    return lm.arch.head(xf.to(hp.dtype))[0, 0].double()
+    out = [lm.arch.head(final_norm(lm.arch, y[:, t:t + 1]).to(hp.dtype))[0, 0].double() for y in (plain, knocked)]
+    return out[0], out[1]
 
 
 def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: Optional[Sequence[str]] = None,
@@ -108,8 +117,7 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
             raise InputError("a contrast pair is two words")
         ids = tuple(single_token_id(lm.tokenizer, c) for c in contrast)
     with torch.inference_mode():
-        before = _logits(lm, enc, {}, mode, dtype)
-        after = _logits(lm, enc, by_layer, mode, dtype) if by_layer else before.clone()
+        before, after = _logits(lm, enc, by_layer, mode, dtype)
 
     def tops(logits):
         p = torch.softmax(logits, -1)
