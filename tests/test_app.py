@@ -1075,3 +1075,62 @@ def test_shared_store_keeps_results_on_disk_across_restarts_and_a_cancel_stores_
     assert again.run(("m", "other"), lambda progress: 5) == 5  # the next request computes it
     # the disk tier is bounded (diskcache's size limit) and off under pytest unless a folder is named
     assert SharedStore(4, folder, size_mb=2).disk.size_limit == 2 * 2 ** 20
+
+
+# ------------------------------------------------------------------------------------ Adversarial, Flow graph
+
+
+def _jsd(p, q):
+    """Jensen–Shannon divergence (natural log), written out."""
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+    kl = lambda x, y: sum(a * np.log(a / b) for a, b in zip(x, y) if a > 0)  # noqa: E731
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def test_adversarial_one_slider_set_drives_the_point_text_and_bars(app_spec, lm):
+    """The page's two sliders are the only ones (the frontier chart has none of its own); the ε slider
+    is log-spaced with 0.01 inside the scale; moving either moves the chart's filled point, the 'Shown
+    below' line and the attention bars together: the filled point is the one of largest JSD with
+    TVD <= ε (or of smallest TVD with JSD >= the target) among all points tried, and the bars' α′ has
+    that JSD to the bars' α."""
+    at = new_app(app_spec, page="adversarial", adv_steps="12", adv_points="3", adv_restarts="1",
+                 adv_jw_steps="0", adv_layer=str(lm.n_layers), adv_head="1").run()
+    no_exception(at)
+    at.button(key="adv_go").click().run()
+    no_exception(at)
+    eps_opts = list(at.select_slider(key="adv_eps").options)
+    vals = [float(v) for v in eps_opts]
+    assert vals == sorted(vals) and vals[0] == 0.001 and vals[-1] == 0.5
+    ratios = np.diff(np.log10(vals))
+    assert ratios.max() < 0.45 and 0 < vals.index(0.01) < len(vals) - 1  # no linear stretch: 0.01 mid-scale
+
+    def state():
+        fig = chart(at, "adv_frontier_chart")
+        assert not fig["layout"].get("sliders")  # the chart is a view: no sliders of its own
+        tr = {t["name"]: t for t in fig["data"]}
+        pts = tr["points tried"]
+        jsd, tvd = arr(pts["x"]), arr(pts["y"])
+        filled = [t for t in fig["data"] if t["name"].endswith("(shown below)")]
+        assert len(filled) == 1
+        shown = next(m.value for m in at.markdown if m.value.startswith("**Shown below**"))
+        bars = {t["name"]: arr(t["y"]) for t in chart(at, "adv_attention_chart")["data"]}
+        return jsd, tvd, filled[0], shown, bars
+
+    for eps in (0.5, 0.01, 0.002):
+        at.select_slider(key="adv_eps").set_value(eps).run()
+        no_exception(at)
+        jsd, tvd, point, shown, bars = state()
+        best = max(j for j, t in zip(jsd, tvd) if t <= eps + 1e-15)  # the original (JSD 0) always qualifies
+        assert point["name"].startswith("within") and arr(point["x"])[0] == pytest.approx(best, abs=1e-9)
+        assert f"JSD {best:.4f}" in shown
+        a0, a1 = bars["original α"], bars["adversarial α′"]
+        assert a1.sum() == pytest.approx(1, abs=1e-4) and _jsd(a1, a0) == pytest.approx(best, abs=2e-4)
+    at.slider(key="adv_jsd").set_value(0.05).run()
+    no_exception(at)
+    jsd, tvd, point, shown, bars = state()
+    reach = [t for j, t in zip(jsd, tvd) if j >= 0.05 - 1e-12]
+    if reach:
+        lowest = min(reach)
+        assert point["name"].startswith("at the attention") and arr(point["y"])[0] == pytest.approx(lowest, abs=1e-9)
+        j = arr(point["x"])[0]
+        assert f"JSD {j:.4f}" in shown and _jsd(bars["adversarial α′"], bars["original α"]) == pytest.approx(j, abs=2e-4)

@@ -2,7 +2,8 @@
 
 Builds, for the current sentence and an intervention site, the frontier of (JSD between the new and
 the original attention, TVD between the new and the original output) with the baselines of Jain &
-Wallace (2019) and Wiegreffe & Pinter (2019); sliders then move along it instantly (a fragment)."""
+Wallace (2019) and Wiegreffe & Pinter (2019); the page's two sliders (a fragment: moving one redraws the chart's highlighted point, the text and the bars
+below it together) pick the point shown."""
 from __future__ import annotations
 
 import math
@@ -22,17 +23,17 @@ from attnviz.trace import encode
 from attnviz.app import ui
 
 KINDS = {"head": "one head", "layer": "all heads of a layer", "all": "all heads of all layers"}
-EPS_CHOICES = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]
+EPS_CHOICES = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]  # log-spaced (1, 2, 5 a decade): 0.01 mid-scale
 COL = dict(points="#c7c7c7", frontier="#1f77b4", perm="#ff7f0e", uniform="#8c564b", seed="#17becf",
            jw="#9467bd", at_jsd="#d62728", within="#2ca02c")
 
 lm = ui.page("Adversarial attention",
              "Give the target word other attention and let the model run on: how different can that attention be "
              "while the prediction stays (almost) the same? If very different attention gives the same prediction, "
-             "the attention map alone does not explain the prediction (Jain & Wallace 2019); Wiegreffe & Pinter (2019) "
-             "argued that the whole curve — how much the output changes for each amount of attention change — is "
-             "what matters. The chart draws that curve (the frontier); the words are defined under "
-             "“What the words on this page mean”.")
+             "the attention map alone does not explain the prediction (Jain & Wallace 2019). The chart draws, for "
+             "each amount of attention change, the smallest output change found (the frontier; Wiegreffe & Pinter "
+             "2019 asked for this whole curve). Two sliders pick a point on it; the text and bars below show that "
+             "point. The words are defined under “What the words on this page mean”.")
 try:
     A.check_model(lm)
     enc = encode(lm, ui.text(), ui.cap(), ui.target())
@@ -60,7 +61,9 @@ with st.expander("What the words on this page mean", icon=":material/help:"):
         "0.01.\n"
         "- **Frontier**: for each attention change, the smallest output change any search found. Points below and "
         "right of it would be attention that changes a lot while the output stays put.\n"
-        "- **λ**: the search's trade-off weight between the two distances; **restart**: another random start.")
+        "- **How the search works** (Search settings): it minimises TVD − λ·JSD by gradient steps (Adam) from "
+        "the model's own attention and from random starts (**restarts**), for several weights **λ** at once; every "
+        "point it passes is recorded, and the frontier keeps the best of them.")
 
 c1, c2, c3 = st.columns([2, 1, 1])
 kind = c1.radio("Where the attention is replaced (the target row)", list(KINDS), format_func=KINDS.get,
@@ -151,12 +154,10 @@ if res is None:
         except (AttnvizError, InputError) as e:
             ui.show_error(e)
             st.stop()
-    b2.caption(f"{len(lambdas)} λ × {restarts} restart{'s' if restarts != 1 else ''} = a batch of {len(lambdas) * restarts}"
-               + (f" (after {steps // 4} steps: restart 1 and each λ's best random restart)" if restarts > 2 else "")
-               + f", {steps} steps, "
-               f"for {site.label()} at the target '{ui.plain(readable_token(enc.tokens[enc.target]))}' (position {enc.target}). "
-               f"**Press the button: about {ui.secs(ests.get(est_key))}** (timed from a few steps on this "
-               "machine; fewer λ values, restarts or steps, or a head in a higher layer make it faster).")
+    b2.caption(f"The search tries {len(lambdas) * restarts} other attention rows for {site.label()} at the target "
+               f"'{ui.plain(readable_token(enc.tokens[enc.target]))}' (position {enc.target}), improving each "
+               f"{steps} times. **Press the button: about {ui.secs(ests.get(est_key))}** (timed from a few steps on "
+               "this machine; Search settings make it shorter or longer).")
     st.stop()
 
 fr, jw = res.frontier, res.jw
@@ -181,13 +182,10 @@ def baselines_dwarf(fr, jw=None, ratio: float = 5.0) -> bool:
     return max(base) > ratio * max(front, 1e-12)
 
 
-JSD_STEPS = [round(0.01 * k, 2) for k in range(70)]
-
-
-def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
-    """Frontier, all points, baselines and the two slider points -> figure (meta 'frontier').
-    Two sliders inside the chart (plotly's own, run in the browser) move the two points and their
-    guide lines while they are dragged; the app's sliders below set the point shown in detail."""
+def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False, follow="eps"):
+    """Frontier, all points, baselines and the points of the page's two sliders -> figure (meta 'frontier').
+    A view only: the page's sliders (above it) set the attention-change target and ε; the point the
+    page shows below (follow: "jsd" or "eps", the slider moved last) is drawn filled, the other open."""
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=fr.jsd, y=fr.tvd, mode="markers", name="points tried",
                                marker=dict(color=COL["points"], size=4),
@@ -215,14 +213,14 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
                                  marker=dict(color=COL["jw"], symbol="star", size=11,
                                              line=dict(width=1, color="black")),
                                  hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>Jain & Wallace</extra>"))
-    k_jsd = len(fig.data)
-    fig.add_trace(go.Scatter(x=[fr.jsd[i_jsd]], y=[fr.tvd[i_jsd]], mode="markers", name="at the attention-change target",
-                             marker=dict(color=COL["at_jsd"], size=15, symbol="circle-open", line=dict(width=3)),
-                             hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>at the JSD target</extra>"))
-    k_eps = len(fig.data)
-    fig.add_trace(go.Scatter(x=[fr.jsd[i_eps]], y=[fr.tvd[i_eps]], mode="markers", name="within the tolerance ε",
-                             marker=dict(color=COL["within"], size=15, symbol="square-open", line=dict(width=3)),
-                             hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>within ε</extra>"))
+    for which, i, name, sym, col in (("jsd", i_jsd, f"at the attention-change target (JSD ≥ {x_target:.2f})", "circle", COL["at_jsd"]),
+                                     ("eps", i_eps, f"within output change ε = {eps:g}", "square", COL["within"])):
+        shown = which == follow
+        fig.add_trace(go.Scatter(x=[fr.jsd[i]], y=[fr.tvd[i]], mode="markers",
+                                 name=name + (" (shown below)" if shown else ""),
+                                 marker=dict(color=col, size=17 if shown else 14, symbol=sym if shown else sym + "-open",
+                                             line=dict(width=2 if shown else 3, color="black" if shown else col)),
+                                 hovertemplate="JSD %{x:.4f}<br>TVD %{y:.5f}<extra>" + name + "</extra>"))
     fig.add_vline(x=x_target, line=dict(color=COL["at_jsd"], dash="dot", width=1))
     fig.add_hline(y=eps, line=dict(color=COL["within"], dash="dot", width=1))
     fig.update_xaxes(title_text="JSD(α′, α): how far the attention moved", range=[-0.01, math.log(2) + 0.01])
@@ -231,37 +229,15 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False):
         lo = max(1e-9, float(pos.min()) / 2) if pos.size else 1e-6
         fig.update_yaxes(type="log", range=[math.log10(lo), 0.05], exponentformat="power")  # 10⁻⁴, not "100μ"
     fig.update_yaxes(title_text="TVD(ŷ′, ŷ): how far the output moved" + (" (log)" if log_y else ""))
-    # sliders run by plotly.js in the browser: the points follow while the handle is dragged
-    jsd_steps = []
-    for t in JSD_STEPS:
-        i = fr.at_jsd(t)
-        jsd_steps.append(dict(method="update", label=f"{t:.2f}",
-                              args=[{"x": [[float(fr.jsd[i])]], "y": [[float(fr.tvd[i])]]},
-                                    {"shapes[0].x0": t, "shapes[0].x1": t}, [k_jsd]]))
-    eps_steps = []
-    for e in EPS_CHOICES:
-        i = fr.within(e)
-        eps_steps.append(dict(method="update", label=f"{e:g}",
-                              args=[{"x": [[float(fr.jsd[i])]], "y": [[float(fr.tvd[i])]]},
-                                    {"shapes[1].y0": e, "shapes[1].y1": e}, [k_eps]]))
-    act_jsd = min(range(len(JSD_STEPS)), key=lambda k: abs(JSD_STEPS[k] - x_target))
-    act_eps = EPS_CHOICES.index(eps) if eps in EPS_CHOICES else 0
-    fig.update_layout(sliders=[
-        dict(steps=jsd_steps, active=act_jsd, x=0.0, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
-             currentvalue=dict(prefix="attention change ≥ ", font=dict(size=12, color=COL["at_jsd"])),
-             ticklen=0, minorticklen=0, font=dict(size=9, color="rgba(0,0,0,0)"), name="jsd"),  # 70 steps: no labels
-        dict(steps=eps_steps, active=act_eps, x=0.52, len=0.48, y=-0.16, yanchor="top", pad=dict(t=0, b=0),
-             currentvalue=dict(prefix="output change ≤ ε = ", font=dict(size=12, color=COL["within"])),
-             ticklen=0, font=dict(size=9), name="eps")])
     if not st.session_state.get("adv_legend_all"):  # four legend entries; the rest behind "All legend entries"
         named = [tr for tr in fig.data if tr.showlegend is not False]
         for tr in named[4:]:
             tr.showlegend = False
     # the title at the left, below the chart's toolbar (top right)
-    fig.update_layout(height=600, margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white", meta="frontier",
+    fig.update_layout(height=560, margin=dict(l=10, r=10, t=70, b=10), plot_bgcolor="white", meta="frontier",
                       title=dict(text=f"{site_label(fr)}: attention change vs output change", x=0.01, xref="container",
                                  xanchor="left", y=0.99, yanchor="top"),
-                      legend=dict(orientation="h", yanchor="top", y=-0.42, font=dict(size=11)))
+                      legend=dict(orientation="h", yanchor="top", y=-0.16, font=dict(size=11)))
     return fig
 
 
@@ -312,16 +288,19 @@ def explore(fr, jw):
                          help="Shows the point whose attention moved at least this far (Jensen–Shannon divergence "
                               "between the new and the original attention row; 0 = same, 0.69 = nothing in "
                               "common) with the smallest change of the output.")
+    if ss.get("adv_eps") not in EPS_CHOICES:  # a value of an older scale (a link): the nearest on this one
+        ss.adv_eps = min(EPS_CHOICES, key=lambda e: abs(math.log(e / max(float(ss.adv_eps or A.JW_EPS), 1e-6))))
     eps = k2.select_slider("Output change tolerated (ε, TVD)", EPS_CHOICES, key="adv_eps", on_change=_follow,
                            args=("eps",), persist_state="session", bind="query-params",
                            help="Shows the point whose attention moved furthest while the output moved at most "
-                                "ε (total variation distance: the share of probability that went elsewhere).")
+                                "ε (total variation distance: the share of probability that went elsewhere). "
+                                "The steps are 1, 2, 5 per decade (a log scale); Jain & Wallace used 0.01.")
     # its own row: beside the two sliders a 1024-px window left it a column too narrow for its label
     log_y = st.checkbox("log TVD", key="adv_log", persist_state="session", bind="query-params",
                         help="On by default when the baselines' output changes dwarf the frontier's.")
     i_jsd, i_eps = fr.at_jsd(x_target), fr.within(eps)
     i = i_jsd if ss.adv_follow == "jsd" else i_eps
-    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y)), key="adv_frontier_chart")
+    st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y, ss.adv_follow)), key="adv_frontier_chart")
     st.checkbox("All legend entries", key="adv_legend_all", help="The chart names four series; this names every "
                 "one (other seeds, Jain & Wallace's search, the points at the two slider settings).")
     st.markdown(ui.plain(fr.caption(eps)))
