@@ -12,7 +12,7 @@ import torch
 from .errors import InputError, LongInputWarning
 from .methods import METHODS
 from .text import readable_token
-from .trace import DEFAULT_MAX_TOKENS, Trace, encode, single_token_id, trace as _trace, word_start_ids
+from .trace import DEFAULT_MAX_TOKENS, Trace, contrast_word, encode, trace as _trace, word_logprobs, word_start_ids
 
 DEFAULT_METHODS = tuple(METHODS)
 # analyze() computes the context-mixing ratios of the methods of these cost classes (one pass over the
@@ -131,10 +131,12 @@ def method_options(methods: Sequence[str], options: Optional[dict] = None) -> di
 CHOICES = (("is", "are"), ("was", "were"), ("has", "have"), ("his", "her", "their"))
 
 
-def choices_at(trace: Trace, groups=CHOICES) -> list:
+def choices_at(trace: Trace, groups=CHOICES, notes: Optional[list] = None) -> list:
     """At a [MASK] blank (the mask token of a masked LM, or the word a causal model predicts there):
-    [(words, probabilities)] for each group whose words are all one token (the word-initial form on a
-    causal model, as for contrast words); [] elsewhere or without a token head."""
+    [(words, probabilities)] for each group whose words the model can score (trace.contrast_word: one
+    token, or on a causal model a word of several tokens, whose probability is the product of its
+    pieces' -- trace.MULTI_TOKEN_RULE; a masked LM leaves out a group with such a word); [] elsewhere or
+    without a token head. notes: if given, a line for each word of several tokens is appended."""
     lm = trace.lm
     enc = trace.enc
     mask_id = getattr(lm.tokenizer, "mask_token_id", None)
@@ -147,10 +149,18 @@ def choices_at(trace: Trace, groups=CHOICES) -> list:
     out = []
     for words in groups:
         try:
-            ids = [single_token_id(lm.tokenizer, w) for w in words]
+            scored = [contrast_word(lm, w) for w in words]
         except InputError:
             continue
-        out.append((tuple(words), tuple(float(p[i]) for i in ids)))
+        if any(w.multi for w in scored):
+            probs = np.exp(word_logprobs(lm, trace.enc.ids, trace.enc.target, scored).cpu().numpy())
+            if notes is not None:
+                notes.extend(f"p('{w.text}') is the product of its pieces' probabilities "
+                             f"({'·'.join(readable_token(x) for x in w.pieces)}): its log-probability is their sum"
+                             for w in scored if w.multi)
+        else:
+            probs = [p[w.ids[0]] for w in scored]
+        out.append((tuple(words), tuple(float(x) for x in probs)))
     return out
 
 
@@ -259,4 +269,4 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
                     prediction=pred, output_kind=kind, maps=maps, mixing=mix,
                     trace_err=tr.max_rel_err, notes=notes, disabled=disabled, timings=timings,
                     trace=tr if keep_trace else None, after=enc.after, blank=enc.blank,
-                    choices=choices_at(tr) if kind == "token" else [])
+                    choices=choices_at(tr, notes=notes) if kind == "token" else [])

@@ -13,12 +13,13 @@ or linzen:FOLDER (the same as --linzen FOLDER).
 
 Each item is encoded the way attnviz.analyze encodes it (attnviz.trace.encode): a masked LM reads the
 whole sentence and the target is the [MASK] token; a causal LM reads the text before [MASK] and the
-target is its last token. Accuracy: the answer's logit at the target beats the wrong word's, both
-mapped to one vocabulary id by attnviz.trace.single_token_id (" are" -> 'Ġare' on byte-level BPE);
-top-1: the answer is the arg-max (over word-initial tokens on a causal model). An answer or wrong word
-of several tokens is scored on a causal model as the sum of its pieces' log-probabilities (each piece
+target is its last token. Accuracy: the answer's log-probability at the target beats the wrong
+word's, each word scored by attnviz.trace.contrast_word (" are" -> 'Ġare' on byte-level BPE); top-1:
+the answer is the arg-max (over word-initial tokens on a causal model). An answer or wrong word of
+several tokens is scored on a causal model as the sum of its pieces' log-probabilities (each piece
 given the text and the pieces before it); on a masked LM such an item, or one whose text is longer
-than the model reads, is skipped and counted as not judged (MULTI_TOKEN_RULE; the report counts both). Items are batched (right padding for masked LMs; left
+than the model reads, is skipped and counted as not judged (attnviz.trace.MULTI_TOKEN_RULE, the same
+rule in the app, faithfulness and the adversarial page; the report counts both). Items are batched (right padding for masked LMs; left
 padding with position ids counted over the real tokens for causal LMs, so every row ends at its
 target). Also reported per set: the share of words the tokenizer turns into [UNK] or splits into
 pieces. Items with a "style" field are also reported by style.
@@ -47,6 +48,7 @@ import torch
 
 from .datasets import SETS, read_jsonl, set_files
 from .errors import InputError
+from .trace import MULTI_TOKEN_RULE  # how a contrast word of several tokens is scored, the same everywhere
 
 __all__ = ["NoOutputHead", "LinzenSet", "read_linzen", "encode_items", "score_items", "target_logits_any",
            "evaluate_file", "evaluate_spec", "spec_report", "word_coverage", "wilson", "main"]
@@ -200,38 +202,14 @@ class NoOutputHead(InputError):
     """The model has no language-model head (an encoder or a classifier)."""
 
 
-# How a contrast word that is several tokens is scored (the same rule everywhere a word is scored):
-# causal LMs: the sum of its word-initial pieces' log-probabilities, each given the text and the pieces
-# before it (the standard of targeted syntactic evaluation); masked LMs: refused with the reason (one
-# [MASK] holds one token, and several [MASK]s would change the sentence the model reads).
-MULTI_TOKEN_RULE = {"causal_lm": "sum of the pieces' log-probabilities",
-                    "masked_lm": "refused: one [MASK] holds one token"}
-
-
-def word_pieces(tokenizer, word: str) -> list[int]:
-    """The ids of a word's word-initial form (" swims" -> ['Ġswim', 's'])."""
-    return [int(i) for i in tokenizer(" " + str(word).strip(), add_special_tokens=False)["input_ids"]]
-
-
-@torch.no_grad()
-def word_logprob(lm, prefix: list[int], pieces: list[int]) -> float:
-    """Causal LM: Σ_k log p(pieces[k] | prefix, pieces[:k]), one forward pass of prefix + pieces."""
-    dev = next(lm.model.parameters()).device
-    ids = torch.tensor([list(prefix) + list(pieces[:-1])], device=dev)
-    logp = torch.log_softmax(lm.model(input_ids=ids).logits[0].double(), -1)
-    n = len(prefix)
-    return float(sum(logp[n - 1 + k, p] for k, p in enumerate(pieces)))
-
-
 def encode_items(lm, items: list[dict]) -> tuple[list, list[dict]]:
     """Items -> (rows, skipped): each row (item index, ids list, target, answer, wrong, blank) with
-    answer / wrong one vocabulary id, or, on a causal LM, a tuple of a word's pieces when it is several
-    tokens (MULTI_TOKEN_RULE); an item whose text cannot be encoded, or (masked LM) whose answer/wrong
-    word is not one token, is skipped with the reason."""
-    from .trace import encode, single_token_id, word_start_ids
+    answer / wrong one vocabulary id, or, on a causal LM, the tuple of a word's pieces when it is several
+    tokens (attnviz.trace.contrast_word, MULTI_TOKEN_RULE); an item whose text cannot be encoded, or whose
+    answer/wrong word cannot be scored (on a masked LM: not one token), is skipped with the reason."""
+    from .trace import contrast_words, encode
 
     causal = lm.task == "causal_lm"
-    starts = set(word_start_ids(lm).tolist()) if causal else None
     rows, skipped = [], []
     for k, it in enumerate(items):
         try:
@@ -240,21 +218,14 @@ def encode_items(lm, items: list[dict]) -> tuple[list, list[dict]]:
             skipped.append({"index": k, "text": it["text"], "why": str(e)})
             continue
         try:
-            a, w = (single_token_id(lm.tokenizer, it[f]) for f in ("answer", "wrong"))
-            multi = causal and enc.blank and not (a in starts and w in starts)
+            wa, ww = contrast_words(lm, (it["answer"], it["wrong"]))
         except InputError as e:
-            if not causal:
-                skipped.append({"index": k, "text": it["text"], "why": f"{e}; {MULTI_TOKEN_RULE['masked_lm']}"})
-                continue
-            multi = True
-        if multi:
-            if not enc.blank:
-                skipped.append({"index": k, "text": it["text"], "why": "a word of several tokens is scored at a [MASK] only"})
-                continue
-            a, w = (tuple(word_pieces(lm.tokenizer, it[f])) for f in ("answer", "wrong"))
+            skipped.append({"index": k, "text": it["text"], "why": str(e)})
+            continue
         if not causal and "[MASK]" in it["text"].upper() and enc.target == 0:
             skipped.append({"index": k, "text": it["text"], "why": "no mask token after encoding"})
             continue
+        a, w = ((x.ids if (wa.multi or ww.multi) else x.ids[0]) for x in (wa, ww))
         rows.append((k, enc.ids[0].tolist(), enc.target, a, w, enc.blank))
     return rows, skipped
 
@@ -301,7 +272,7 @@ def score_items(lm, items: list[dict], batch_size: int = 32) -> tuple[list, list
     if lm.task not in ("masked_lm", "causal_lm"):
         raise NoOutputHead(f"{lm.spec} has no language-model output head (task: {lm.task}); it cannot "
                            "fill a [MASK], so there is no accuracy to report")
-    from .trace import word_start_ids
+    from .trace import Word, word_logprobs, word_start_ids
 
     rows, skipped = encode_items(lm, items)
     preds: list = [None] * len(items)
@@ -309,10 +280,10 @@ def score_items(lm, items: list[dict], batch_size: int = 32) -> tuple[list, list
     multi = [r for r in rows if isinstance(r[3], tuple)]
     rows = [r for r in rows if not isinstance(r[3], tuple)]
     for r in multi:  # causal LM, a word of several tokens: the sum of its pieces' log-probabilities
-        prefix = r[1]
-        la, lw = word_logprob(lm, prefix, r[3]), word_logprob(lm, prefix, r[4])
-        lg = target_logits_any(lm, [(r[0], prefix, r[2], 0, 0, r[5])])[0].cpu()
-        top = int(ws[torch.argmax(lg[ws])]) if len(ws) else int(torch.argmax(lg))
+        words = [Word(str(x), tuple(x), tuple(lm.tokenizer.convert_ids_to_tokens(list(x)))) for x in (r[3], r[4])]
+        la, lw = (float(v) for v in word_logprobs(lm, r[1], r[2], words))
+        lg = target_logits_any(lm, [(r[0], r[1], r[2], 0, 0, r[5])])[0].cpu()
+        top = int(ws[torch.argmax(lg[ws])]) if (r[5] and len(ws)) else int(torch.argmax(lg))
         preds[r[0]] = {"correct": la > lw, "top1": top == r[3][0] and len(r[3]) == 1,
                        "pred": lm.tokenizer.convert_ids_to_tokens(top), "margin": la - lw,
                        "pieces": max(len(r[3]), len(r[4])) > 1}

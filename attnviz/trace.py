@@ -145,6 +145,130 @@ def single_token_id(tokenizer, word: str) -> int:
     raise InputError(f"'{word}' is not one token of this model's vocabulary (it splits into {pieces})")
 
 
+# How a contrast word (a word whose probability is read at the target: evaluate's answer and wrong word,
+# the app's contrast words, faithfulness's f, the adversarial page's bars) is scored when it is several
+# tokens of the vocabulary. Causal LMs: log p(word) = Σ_k log p(piece_k | text up to the target,
+# pieces_<k), the word-initial pieces appended after the target (the standard of targeted syntactic
+# evaluation); p(word) is the product of the pieces' probabilities. Masked LMs: refused with one line
+# naming the word and its pieces (one [MASK] holds one token, and several [MASK]s would change the
+# sentence the model reads).
+MULTI_TOKEN_RULE = {"causal_lm": "sum of the pieces' log-probabilities",
+                    "masked_lm": "refused: one [MASK] holds one token"}
+_SPACE_MARKS = ("Ġ", "▁")
+
+
+@dataclass(frozen=True)
+class Word:
+    """A contrast word as the model scores it: the word as given, its vocabulary ids (one id, or on a
+    causal LM its word-initial pieces) and their token strings."""
+
+    text: str
+    ids: tuple
+    pieces: tuple
+
+    @property
+    def multi(self) -> bool:
+        return len(self.ids) > 1
+
+    def shown(self) -> str:
+        """'swims' (one token) or 'swims' = Ġswim·s (its pieces)."""
+        return f"'{self.text}'" + (f" = {'·'.join(self.pieces)}" if self.multi else "")
+
+
+def _initial_pieces(tokenizer, word: str) -> list:
+    """The ids of the word as it stands after a space inside a text (" swims" -> ['Ġswim', 's']): the
+    tokens of "a WORD" after those of "a", so that a SentencePiece tokenizer's extra space marker for a
+    leading space is not counted; the tokens of " WORD" where the two do not line up."""
+    enc = lambda t: [int(i) for i in tokenizer(t, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    head, both = enc("a"), enc("a " + word)
+    if head and both[:len(head)] == head and len(both) > len(head):
+        return both[len(head):]
+    return enc(" " + word)
+
+
+def contrast_word(lm: LoadedModel, word: str) -> Word:
+    """A contrast word -> Word, by MULTI_TOKEN_RULE. One vocabulary id where single_token_id finds one
+    (on a causal LM: the word-initial form, or an entry typed with its space marker such as 'Ġare');
+    else, on a causal LM, its word-initial pieces; on any other model an InputError of one line naming
+    the word, its pieces and the rule."""
+    tok = lm.tokenizer
+    text = str(word).strip()
+    if not text:
+        raise InputError("a contrast word is empty")
+    unk = getattr(tok, "unk_token_id", None)
+    if lm.task == "causal_lm":
+        ids = _initial_pieces(tok, text)
+        if len(ids) != 1 and text[0] in _SPACE_MARKS:
+            tid = tok.convert_tokens_to_ids(text)
+            if tid is not None and tid != unk and not isinstance(tid, list):
+                ids = [int(tid)]
+        if not ids:
+            raise InputError(f"'{text}' gives no token of this model's vocabulary")
+        if unk is not None and unk in ids:
+            raise InputError(f"'{text}' becomes the unknown token {tok.unk_token} on this model "
+                             f"(pieces {tok.convert_ids_to_tokens(ids)}): it cannot be scored")
+        return Word(text, tuple(ids), tuple(tok.convert_ids_to_tokens(ids)))
+    try:
+        i = single_token_id(tok, text)
+    except InputError as e:
+        raise InputError(f"{e}; on a masked LM a contrast word must be one token "
+                         f"({MULTI_TOKEN_RULE['masked_lm']})") from None
+    return Word(text, (i,), (tok.convert_ids_to_tokens(i),))
+
+
+def contrast_words(lm: LoadedModel, words) -> tuple:
+    """contrast_word for each word; InputError when two of them are the same tokens."""
+    got = tuple(contrast_word(lm, w) for w in words)
+    for a in range(len(got)):
+        for b in range(a):
+            if got[a].ids == got[b].ids:
+                raise InputError(f"the contrast words '{got[b].text}' and '{got[a].text}' are the same token"
+                                 + ("s" if got[a].multi else ""))
+    return got
+
+
+def appended_ids(words) -> torch.Tensor:
+    """Words -> [W, m] ids appended after the target for score_words, m = the longest word's pieces - 1:
+    word w's first pieces, then its last piece repeated as filler (positions score_words never reads)."""
+    m = max(len(w.ids) for w in words) - 1
+    return torch.tensor([(list(w.ids[:-1]) + [w.ids[-1]] * m)[:m] for w in words], dtype=torch.long).reshape(len(words), m)
+
+
+def score_words(logits: torch.Tensor, words) -> torch.Tensor:
+    """logits [B, W, m+1, V] (the model's at the target and at the m positions appended after it, word w's
+    pieces appended in row w as appended_ids gives them; m may be 0, then one position, the target) ->
+    log p(word) [B, W] float64: Σ_k log p(piece_k | text, pieces_<k) (MULTI_TOKEN_RULE). Differentiable."""
+    x = logits.double()
+    lse = torch.logsumexp(x, dim=-1)  # [B, W, m+1]
+    out = []
+    for w, word in enumerate(words):
+        k = len(word.ids)
+        idx = torch.as_tensor(word.ids, device=x.device)
+        picked = x[:, w, torch.arange(k, device=x.device), idx]  # [B, k]
+        out.append((picked - lse[:, w, :k]).sum(-1))
+    return torch.stack(out, dim=-1)
+
+
+@torch.no_grad()
+def word_logprobs(lm: LoadedModel, ids, target: int, words) -> torch.Tensor:
+    """Causal or masked LM, one text: ids [n] (or [1, n]) and the target position -> log p(word) [W]
+    float64 by MULTI_TOKEN_RULE, from the Hugging Face model's own forward: the text up to the target
+    (all of it on a masked LM) with each word's pieces appended, the words in one batch."""
+    ids = torch.as_tensor(ids).reshape(-1)
+    dev = next(lm.model.parameters()).device
+    ext = appended_ids(words)
+    m = ext.shape[1]
+    if m and lm.task != "causal_lm":
+        raise InputError("a contrast word of several tokens is scored on causal LMs only "
+                         f"({MULTI_TOKEN_RULE['masked_lm']})")
+    if not m:  # every word one token: one forward of the text, the target's logits for each word
+        logits = lm.model(input_ids=ids.unsqueeze(0).to(dev)).logits[:, target:target + 1]  # [1, 1, V]
+        return score_words(logits.unsqueeze(1).expand(1, len(words), 1, -1), words)[0]
+    seq = torch.cat([ids[:target + 1].unsqueeze(0).expand(len(words), -1), ext], 1).to(dev)
+    logits = lm.model(input_ids=seq).logits[:, target:target + m + 1]  # [W, m+1, V]
+    return score_words(logits.unsqueeze(0), words)[0]
+
+
 def predicted_id(lm: LoadedModel, enc: Encoded, logits: torch.Tensor) -> int:
     """The prediction at the target: the argmax of logits [V], over word-initial tokens when the text
     had a [MASK] blank on a causal model (the blank is a word, not punctuation)."""

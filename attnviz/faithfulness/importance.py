@@ -3,7 +3,10 @@ input×gradient and integrated gradients.
 
 The target quantity f (one number per input) is, by the model's output:
   token head (masked / causal LM): p(predicted token) at the target position, the prediction being the
-      argmax on the unperturbed text; with a contrast (correct, wrong): p(correct) - p(wrong);
+      argmax on the unperturbed text; with a contrast (correct, wrong): p(correct) - p(wrong), where
+      a word of several tokens on a causal LM has p(word) = Π_k p(piece_k | text up to the target,
+      pieces_<k), its pieces appended after the target (trace.MULTI_TOKEN_RULE; only the sentence's
+      positions are attributed); a masked LM refuses such a word with the reason;
   sequence head (classifier): p(predicted class), or p(correct) - p(wrong) for two named labels;
   no head (plain encoder): cos(h_t(x), h_t(x0)), the cosine of the target position's final hidden
       state to its unperturbed value. Its gradient vanishes at the unperturbed input (the cosine is
@@ -42,8 +45,7 @@ import torch
 from ..errors import InputError
 from ..linear import quadrature
 from ..text import readable_token
-from ..trace import DEFAULT_MAX_TOKENS, Encoded, encode, predicted_id
-from ..trace import single_token_id as _single_token_id
+from ..trace import DEFAULT_MAX_TOKENS, Encoded, appended_ids, contrast_words, encode, predicted_id, score_words
 
 DEFAULT_IG_STEPS = 32
 IG_MAX_STEPS = 256
@@ -69,9 +71,15 @@ class Target:
 
     kind: str
     position: int
-    ids: tuple = ()  # prob: (predicted,); contrast: (correct, wrong); hidden: ()
+    ids: tuple = ()  # prob: (predicted,); contrast: (correct, wrong), each one id or its pieces' ids; hidden: ()
     label: str = ""  # one line for the screen
     output: str = "token"  # "token" | "sequence" | "hidden"
+    words: tuple = ()  # token contrast: the two trace.Word (a word of several tokens: a causal LM's pieces)
+
+    @property
+    def appends(self) -> bool:
+        """A contrast word is several tokens: f reads the text up to the target with its pieces appended."""
+        return self.kind == "contrast" and any(w.multi for w in self.words)
 
 
 @dataclass
@@ -239,6 +247,63 @@ def _value(lm, target: Target, out, pos, ref: Optional[torch.Tensor] = None) -> 
     return p[:, target.ids[0]]
 
 
+def _f_of(lm, target: Target, pos, ref=None, ids: Optional[torch.Tensor] = None,
+          embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """f [B] (float64) for a batch of inputs, ids [B, n] or inputs_embeds [B, n, d]; pos: the target
+    position (int or [B]). ref: the unperturbed hidden state for the cosine target (None: row 0's)."""
+    if target.appends:
+        return _contrast_f(lm, target, pos, ids=ids, embeds=embeds)
+    out = _forward(lm, ids, embeds)
+    if target.output == "hidden" and ref is None:
+        ref = _gather_pos(out.last_hidden_state, pos)[0]
+    return _value(lm, target, out, pos, ref)
+
+
+def _contrast_f(lm, target: Target, pos, ids: Optional[torch.Tensor] = None,
+                embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """f = p(word 1) - p(word 2) [B] (float64) for a contrast with a word of several tokens (causal LM,
+    trace.MULTI_TOKEN_RULE): each row's text up to its target, then each word's pieces appended
+    (trace.appended_ids); the two words' continuations of a row share its input (its ids, or its
+    embeddings, so that gradients reach the sentence's embeddings; the pieces' own embeddings are fixed);
+    p(word) = exp(Σ_k log p(piece_k | text, pieces_<k)) (trace.score_words). Rows with the same target
+    position run in one forward."""
+    words = target.words
+    W = len(words)
+    dev = _device(lm)
+    ext = appended_ids(words).to(dev)  # [W, m]
+    m = ext.shape[1]
+    x = ids if ids is not None else embeds
+    B = x.shape[0]
+    posv = [int(pos)] * B if isinstance(pos, int) else [int(p) for p in torch.as_tensor(pos).tolist()]
+    piece_emb = None
+    if ids is None:
+        with torch.no_grad():
+            piece_emb = lm.model.get_input_embeddings()(ext).to(embeds.dtype)  # [W, m, d]
+    parts, order = [], []
+    for p in sorted(set(posv)):
+        rows = [b for b in range(B) if posv[b] == p]
+        head = x[rows, :p + 1].to(dev)
+        b = len(rows)
+        if ids is not None:
+            seq = torch.cat([head.unsqueeze(1).expand(b, W, p + 1), ext.unsqueeze(0).expand(b, W, m)], 2)
+            out = _forward(lm, ids=seq.reshape(b * W, p + 1 + m))
+        else:
+            d = head.shape[-1]
+            seq = torch.cat([head.unsqueeze(1).expand(b, W, p + 1, d), piece_emb.unsqueeze(0).expand(b, W, m, d)], 2)
+            out = _forward(lm, embeds=seq.reshape(b * W, p + 1 + m, d))
+        if getattr(out, "logits", None) is not None:
+            logits = out.logits[:, p:p + m + 1]
+        else:
+            logits = lm.arch.head(out.last_hidden_state[:, p:p + m + 1])
+        lp = score_words(logits.reshape(b, W, m + 1, -1), words)  # [b, W] log p(word)
+        parts.append(lp[:, 0].exp() - lp[:, 1].exp())
+        order += rows
+    f = torch.cat(parts)
+    inv = torch.empty(B, dtype=torch.long, device=f.device)
+    inv[torch.as_tensor(order, device=f.device)] = torch.arange(B, device=f.device)
+    return f[inv]
+
+
 def _logits_at(lm, out, pos) -> torch.Tensor:
     """Token-head logits at pos (int or [B]) -> [B, V]."""
     if getattr(out, "logits", None) is not None:
@@ -263,15 +328,23 @@ def make_target(lm, enc: Encoded, contrast: Optional[Sequence] = None, out=None)
     if contrast:
         if len(contrast) != 2:
             raise InputError("a contrast is two words: the correct one and the wrong one (e.g. is / are)")
+        words = ()
         if kind == "token":
-            a, b = (_single_token_id(lm.tokenizer, w) for w in contrast)
-            names = [readable_token(t) for t in lm.tokenizer.convert_ids_to_tokens([a, b])]
+            words = contrast_words(lm, contrast)  # trace.MULTI_TOKEN_RULE: refuses what it cannot score
+            a, b = ((w.ids if any(x.multi for x in words) else w.ids[0]) for w in words)
+            names = [w.text if w.multi else readable_token(w.pieces[0]) for w in words]
         else:
             a, b = (_label_id(lm.config, w) for w in contrast)
             names = [str(c) for c in contrast]
         if a == b:
             raise InputError("the two contrast words are the same token")
-        return Target("contrast", t, (a, b), f"p('{names[0]}') − p('{names[1]}') at {where}", kind)
+        label = f"p('{names[0]}') − p('{names[1]}') at {where}"
+        multi = [w for w in words if w.multi]
+        if multi:
+            label += ("; " + "; ".join(f"p('{w.text}') = the product of its pieces' probabilities "
+                                       f"({'·'.join(readable_token(x) for x in w.pieces)}), each given the text "
+                                       "and the pieces before it" for w in multi))
+        return Target("contrast", t, (a, b), label, kind, words)
     if out is None:
         with torch.no_grad():
             out = _forward(lm, enc.ids)
@@ -312,14 +385,12 @@ def blank_out(lm, enc: Encoded, target: Target, positions: Sequence[int], ref_hi
                 batch = enc.ids.repeat(len(part) + 1, 1)
                 for k, j in enumerate(part):
                     batch[k + 1, j] = bid
-                out = _forward(lm, batch)
+                v = _f_of(lm, target, target.position, ref_hidden, ids=batch)
             else:
                 batch = e0.repeat(len(part) + 1, 1, 1)
                 for k, j in enumerate(part):
                     batch[k + 1, j] = vec
-                out = _forward(lm, embeds=batch)
-            ref = ref_hidden if ref_hidden is not None else (_hidden(out, target.position)[0] if target.output == "hidden" else None)
-            v = _value(lm, target, out, target.position, ref)
+                v = _f_of(lm, target, target.position, ref_hidden, embeds=batch)
         if f0 is None:
             f0 = float(v[0])
         out_vals.append((v[1:] - v[0]).cpu().numpy())
@@ -341,10 +412,9 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
         return res
     with torch.no_grad():
         if f0 is None or (target.output == "hidden" and ref_hidden is None):
-            out0 = _forward(lm, enc.ids)
             if target.output == "hidden" and ref_hidden is None:
-                ref_hidden = _hidden(out0, t)[0]
-            f0 = float(_value(lm, target, out0, t, ref_hidden)[0])
+                ref_hidden = _hidden(_forward(lm, enc.ids), t)[0]
+            f0 = float(_f_of(lm, target, t, ref_hidden, ids=enc.ids)[0])
         for s in range(0, len(todo), _CHUNK):
             part = todo[s:s + _CHUNK]
             keep = torch.ones(len(part), n, dtype=torch.bool)
@@ -352,8 +422,7 @@ def leave_one_out(lm, enc: Encoded, target: Target, positions: Sequence[int], re
                 keep[r, j] = False
             batch = ids.unsqueeze(0).expand(len(part), n)[keep].view(len(part), n - 1)
             tpos = torch.tensor([t - (j < t) for _, j in part])
-            out = _forward(lm, batch)
-            v = _value(lm, target, out, tpos, ref_hidden).cpu().numpy()
+            v = _f_of(lm, target, tpos, ref_hidden, ids=batch).cpu().numpy()
             for r, (k, _) in enumerate(part):
                 res[k] = v[r] - f0
             if tick:
@@ -373,7 +442,7 @@ def gradient(lm, enc: Encoded, target: Target, ref_hidden=None) -> tuple:
     e = _embeddings(lm, enc)
     with torch.enable_grad():
         x = e.clone().requires_grad_(True)
-        f = _value(lm, target, _forward(lm, embeds=x), target.position)[0]
+        f = _f_of(lm, target, target.position, embeds=x)[0]
         (g,) = torch.autograd.grad(f, x)
     return e[0], g[0]
 
@@ -426,14 +495,14 @@ def integrated_gradients(lm, enc: Encoded, target: Target, positions: Sequence[i
         a = alphas[s:s + _CHUNK]
         with torch.enable_grad():
             x = (base + a.view(-1, 1, 1) * diff).requires_grad_(True)
-            f = _value(lm, target, _forward(lm, embeds=x), t, ref_hidden)
+            f = _f_of(lm, target, t, ref_hidden, embeds=x)
             (g,) = torch.autograd.grad((f * w[s:s + _CHUNK]).sum(), x)
         gsum += g.double().sum(0)
         if tick:
             tick(min(1.0, (s + len(a)) / steps))
     ig = (diff.double() * gsum).sum(-1)
     with torch.no_grad():
-        ends = _value(lm, target, _forward(lm, embeds=torch.stack([e, base])), t, ref_hidden)
+        ends = _f_of(lm, target, t, ref_hidden, embeds=torch.stack([e, base]))
     f_end, f_base = float(ends[0]), float(ends[1])
     total = float(ig.sum())
     err = abs(total - (f_end - f_base))
@@ -640,7 +709,11 @@ def importance(lm, text_or_enc, baselines: Optional[Sequence[str]] = None, contr
         out0 = _forward(lm, enc.ids)
     tg = make_target(lm, enc, contrast, out=out0)
     ref = _hidden(out0, tg.position)[0] if tg.output == "hidden" else None
-    f0 = float(_value(lm, tg, out0, tg.position, ref)[0])
+    if tg.appends:
+        with torch.no_grad():
+            f0 = float(_f_of(lm, tg, tg.position, ids=enc.ids)[0])
+    else:
+        f0 = float(_value(lm, tg, out0, tg.position, ref)[0])
     timings["forward"] = time.perf_counter() - t0
     pos = attributed_positions(enc, include_target)
     n = enc.ids.shape[1]
