@@ -606,10 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=None,
                    help="with --engine ray: actors, each loading the model once (default: the cluster's CPUs / threads)")
     s.add_argument("--gpus-per-worker", type=float, default=None, help="with --engine ray: GPUs per actor (default 0)")
-    s.add_argument("--batch-size", type=int, default=None, help="with --engine ray: sentences per task (default: automatic)")
+    s.add_argument("--batch-size", type=int, default=None, help="with --engine ray: sentences (pairs with --mediation) per task (default: automatic)")
     s.add_argument("--mediation", action="store_true",
                    help="causal mediation instead: minimal pairs from the data (subject's number / antecedent's "
-                        "gender changed), NIE per head, its concentration, head scores against it (local engine)")
+                        "gender changed), NIE per head, its concentration, head scores against it (--engine local or ray)")
     s.add_argument("--kinds", default=None, help="with --mediation: attention,head_output (default both)")
     s.set_defaults(func=cmd_study)
 

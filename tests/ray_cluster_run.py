@@ -1,7 +1,7 @@
 """Run by tests/test_ray.py inside a network namespace that has only loopback (and a pid namespace of
 its own, so every process started here ends with it): a two-node Ray cluster as separate processes,
-study drivers killed and restarted, a worker killed, the second node lost, then the cluster stopped.
-Writes a JSON report.
+study drivers killed and restarted, a worker killed, the second node lost, then the cluster stopped;
+a few pairs of the mediation study through the same cluster on the way. Writes a JSON report.
 
     unshare -n -p -f --mount-proc bash -c 'ip link set lo up && python tests/ray_cluster_run.py OUT REPORT N'
 """
@@ -23,6 +23,7 @@ def BIN(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 PORT = 6390
+MEDIATION_PAIRS, MEDIATION_LOCAL = 6, 2  # pairs of the mediation study; of them scored locally first
 ADDRESS = f"127.0.0.1:{PORT}"
 
 
@@ -120,6 +121,24 @@ def main(out: str, report_path: str, n: int) -> None:
         except attnviz.AttnvizError as e:
             rep["cannot_load"] = dict(error=str(e))
         rep["cannot_load"]["seconds"] = time.monotonic() - t
+        # the mediation study on the same cluster: its first pairs on the local engine (this process, one
+        # thread), then all of them through the Ray engine, which resumes the folder and scores the rest
+        import torch
+
+        from attnviz.mediation.pairs import shipped_pairs
+        from attnviz.mediation.study import mediation_study
+
+        t = time.monotonic()
+        torch.set_num_threads(1)
+        pairs = shipped_pairs("agreement", MEDIATION_PAIRS)
+        med_out = out.parent / "mediation"
+        mediation_study(lm, pairs[:MEDIATION_LOCAL], out_dir=med_out)
+        notes = []
+        res = mediation_study(lm, pairs, out_dir=med_out, engine="ray", workers=2, threads=1, notes=notes)
+        rep["mediation"] = dict(out=str(med_out), n_pairs=res.n_pairs, resumed=res.resumed, skipped=res.skipped,
+                                notes=notes, keys=[r["key"] for r in res.records],
+                                seconds=time.monotonic() - t)
+        mark("mediation")
         # workers that do not start in time (here: a limit far below an actor's start) -> said, not a hang
         from attnviz.faithfulness import ray_engine
 

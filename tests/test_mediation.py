@@ -529,8 +529,19 @@ def test_study_command_writes_and_resumes(tiny_bert_folder, tmp_path, capsys):
     assert summ["n_pairs"] == 2
     assert (out / "heads.csv").read_text().startswith("kind,layer,head,mean_nie")
     capsys.readouterr()
-    assert main(base + ["--engine", "ray"]) == 2
-    assert "local engine only" in capsys.readouterr().err
+    # the Ray engine's flags: refused without --engine ray; an unreachable cluster is one line, before the model
+    assert main(base + ["--workers", "2"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --workers only apply with --engine ray"
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # a port nothing listens on
+    assert main(base + ["--engine", "ray", "--address", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}: Connection refused")
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("fam", FAMS)

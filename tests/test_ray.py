@@ -110,6 +110,38 @@ def test_a_model_the_workers_cannot_load_is_a_clear_error(cluster_run):
         "no Ray worker started within 0.5 s on the Ray cluster this process is connected to")
 
 
+@pytest.mark.slow
+def test_mediation_study_on_the_cluster_equals_the_local_engine(cluster_run):
+    """The mediation study's pairs through the Ray engine (after two of them on the local engine, which
+    it resumed): each record equals score_pair's here, one torch thread, its timing aside."""
+    import torch
+
+    import attnviz
+    from attnviz.mediation.pairs import shipped_pairs
+    from attnviz.mediation.study import STUDY_KINDS, pair_key, score_pair
+
+    _, rep = cluster_run
+    m = rep["mediation"]
+    pairs = shipped_pairs("agreement", 6)
+    assert m["n_pairs"] == 6 and m["resumed"] == 2 and m["skipped"] == []
+    assert m["keys"] == [pair_key(p) for p in pairs]  # in the pairs' order
+    assert any(n.startswith("ray: 2 workers") and "batches of 1 pair" in n for n in m["notes"]), m["notes"]
+    recs = _records(Path(m["out"]) / "records.jsonl")
+    assert sorted(r["key"] for r in recs) == sorted(m["keys"])  # each pair once
+    lm = attnviz.load_model("builtin:agreement")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        by_key = {r["key"]: r for r in recs}
+        for p in pairs:
+            got, ref = dict(by_key[pair_key(p)]), score_pair(lm, p, STUDY_KINDS)
+            assert got.pop("seconds") > 0 and ref.pop("seconds") > 0
+            assert got == json.loads(json.dumps(ref))  # TE, y, every NIE and head score: the same floats
+            assert got["te"] != 0 and any(v != 0 for row in got["nie"]["attention"] for v in row)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_an_unreachable_cluster_is_one_line_within_seconds(capsys):
     """The command says so before it loads the model (a closed port on loopback)."""
     import socket

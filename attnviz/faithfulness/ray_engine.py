@@ -11,9 +11,12 @@ it sends batches of (i, key, item) to the actors and appends each batch's record
 - a dead worker (its process killed, its node lost) fails its batches; the driver sends them again
   and starts a replacement actor (up to 2 * workers + 2 deaths, then it stops with the reason);
 - a second driver on the same folder is refused by the lock before it starts anything.
-Each actor computes a record with record.score_record, the local engine's function, with `threads`
-torch threads: with the same threads (and the same CPU kind and library versions) a record is
-byte-for-byte the local engine's.
+Each actor computes a record with the study's scoring function, the one its local engine calls
+(default record.score_record, the faithfulness study's; the mediation study passes
+mediation.study.score_item), with `threads` torch threads: with the same threads (and the same CPU
+kind and library versions) a record is the local engine's. The scoring function is sent to the actors
+by reference (a module-level function of attnviz, imported there): score(lm, i, key, item, settings)
+-> a JSON-ready record with that key.
 """
 from __future__ import annotations
 
@@ -103,10 +106,12 @@ def _reason(e: BaseException) -> str:
 
 
 class StudyWorker:
-    """A Ray actor: loads the model once, then scores batches of (i, key, item)."""
+    """A Ray actor: loads the model once, then scores batches of (i, key, item) with score (default
+    record.score_record)."""
 
-    def __init__(self, spec: str, threads: int, device: str):
+    def __init__(self, spec: str, threads: int, device: str, score: Optional[Callable] = None):
         torch.set_num_threads(threads)
+        self.score_fn = score or score_record
         self.t0 = time.perf_counter()
         # a GPU torch cannot see is load_model's one-line ModelLoadError; the self-check runs on the device
         self.lm = load_model(spec, device=device)
@@ -119,11 +124,11 @@ class StudyWorker:
                     n_layers=self.lm.n_layers, decompositions_ok=bool(self.lm.decompositions_ok), load_s=self.load_s)
 
     def score(self, batch: list, settings: dict) -> tuple:
-        """-> (records, seconds per sentence)."""
+        """-> (records, seconds per item)."""
         recs, secs = [], []
         for i, key, item in batch:
             t = time.perf_counter()
-            recs.append(score_record(self.lm, i, key, item, settings))
+            recs.append(self.score_fn(self.lm, i, key, item, settings))
             secs.append(time.perf_counter() - t)
         return recs, secs
 
@@ -148,11 +153,14 @@ def _connect(ray, address: Optional[str]) -> bool:
 
 def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None], *, address: Optional[str] = None,
                workers: Optional[int] = None, gpus_per_worker: float = 0, threads: Optional[int] = None,
-               batch_size: Optional[int] = None, notes: Optional[list] = None, stats: Optional[dict] = None) -> None:
+               batch_size: Optional[int] = None, notes: Optional[list] = None, stats: Optional[dict] = None,
+               score: Optional[Callable] = None, unit: str = "sentence") -> None:
     """Score todo [(i, key, item)] on Ray; finished(records) is called on the driver for each batch done.
 
+    score(lm, i, key, item, settings) -> record: the study's scoring function, run in the actors
+    (default record.score_record); unit: what an item is, for the notes ("sentence", "pair").
     stats (optional dict) receives: workers, nodes, batch_size, deaths, load_s (per worker), secs (per
-    sentence, as measured inside the actors), wall_s."""
+    item, as measured inside the actors), wall_s."""
     try:  # ray is optional (attnviz[ray]): imported only when the engine runs
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -201,7 +209,7 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
         last_death = ""
 
         def spawn():
-            a = Worker.remote(lm.spec, threads, device)
+            a = Worker.remote(lm.spec, threads, device, score)
             actors[a] = True
             pending[a.info.remote()] = (a, "start", None)
 
@@ -278,7 +286,7 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
         stats["wall_s"] = time.perf_counter() - t_start
         notes.append(f"ray: {workers} worker{'s' if workers > 1 else ''} on {stats['nodes']} "
                      f"node{'s' if stats['nodes'] != 1 else ''} ({address or 'local instance'}), batches of "
-                     f"{batch_size} sentence{'s' if batch_size > 1 else ''}"
+                     f"{batch_size} {unit}{'s' if batch_size > 1 else ''}"
                      + (f"; {stats['deaths']} worker death{'s' if stats['deaths'] > 1 else ''} ({last_death}): their "
                         "batches were sent again" if stats["deaths"] else ""))
     finally:

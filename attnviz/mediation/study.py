@@ -2,11 +2,13 @@
 intervals, how concentrated the effect is, and how well attention-based head scores predict it.
 
     res = mediation_study(lm, shipped_pairs("agreement", 300), out_dir="runs/med")
+    res = mediation_study(lm, pairs, out_dir="runs/med", engine="ray", address="head:6379", workers=8)
     res.summary()          # dict (also summary.json); res.markdown() the tables of docs/mediation.md
 
-Resumable: with out_dir every finished pair is appended to out_dir/records.jsonl (flushed) before the
-next starts, keyed by its texts and contrast; a rerun skips the pairs found there. Local engine only
-(one pair after another in this process).
+Resumable: with out_dir every finished pair is appended to out_dir/records.jsonl (flushed) as it comes
+back, keyed by its texts and contrast; a rerun (on either engine) skips the pairs found there. Engines:
+"local" (one pair after another in this process) and "ray" (the faithfulness study's Ray engine,
+faithfulness.ray_engine: actors that load the model once and call score_item; this process writes).
 
 Head scores (all on the base text x, at the target row t, `subj` the positions that differ between A
 and B: the subject or the antecedent):
@@ -251,13 +253,46 @@ def _num(v) -> str:
     return "n/a" if v is None else f"{v:g}"
 
 
+ENGINES = ("local", "ray")
+
+
+def score_item(lm, i: int, key: str, p: Pair, settings: dict) -> dict:
+    """One pair of a study -> its record (score_pair), or {key, i, error} when this model cannot patch
+    it. The scoring function of both engines (the Ray actors call it with the pairs sent to them)."""
+    try:
+        align(lm, p.base, p.counterfactual, settings["max_tokens"])
+        return score_pair(lm, p, tuple(settings["kinds"]), settings["max_tokens"])
+    except InputError as e:
+        return dict(key=key, i=i, error=str(e))
+
+
 def mediation_study(lm, pairs: Sequence[Pair], *, kinds: Sequence[str] = STUDY_KINDS, out_dir=None, resume: bool = True,
-                    max_tokens: int = 128, progress: Optional[Callable] = None) -> MediationStudy:
-    """`mediate` over the pairs (local engine). Pairs that cannot be patched (different numbers of
-    tokens on this model's tokenizer, a contrast word of several tokens) are skipped with the reason.
-    progress(done, total) after each pair."""
+                    max_tokens: int = 128, progress: Optional[Callable] = None, engine: str = "local",
+                    address: Optional[str] = None, workers: Optional[int] = None, gpus_per_worker: float = 0,
+                    threads: Optional[int] = None, batch_size: Optional[int] = None,
+                    notes: Optional[list] = None) -> MediationStudy:
+    """`mediate` over the pairs. Pairs that cannot be patched (different numbers of tokens on this
+    model's tokenizer, a contrast word of several tokens) are skipped with the reason.
+    progress(done, total): first with the pairs taken from an earlier run, then after each pair (each
+    batch of pairs on Ray).
+
+    engine "local": one pair after another in this process. engine "ray": the pairs are scored on a
+    Ray cluster by the faithfulness study's engine (faithfulness.ray_engine.run_on_ray): address
+    HOST:PORT of a running cluster (None: a local one is started), workers actors (default: as many as
+    the cluster's CPUs / threads allow), each loading the model (lm.spec) once and using threads torch
+    threads (default 1) and gpus_per_worker GPUs, batch_size pairs per task; this process is the only
+    writer of records.jsonl. A record is the local engine's for the same pair and threads (its
+    `seconds` aside), and either engine resumes the other's folder. notes (a list) receives the
+    engine's notes (workers, nodes, worker deaths)."""
     t0 = time.perf_counter()
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine '{engine}'; known: {', '.join(ENGINES)}")
+    for name, v in (("max_tokens", max_tokens), ("workers", workers), ("threads", threads), ("batch_size", batch_size)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise InputError(f"{name} must be a whole number of at least 1, got {v!r}")
     kinds = tuple(kinds)
+    pairs = list(pairs)
+    settings = dict(kinds=list(kinds), max_tokens=max_tokens)
     done: dict = {}
     f = None
     if out_dir is not None:
@@ -279,30 +314,53 @@ def mediation_study(lm, pairs: Sequence[Pair], *, kinds: Sequence[str] = STUDY_K
             path.unlink()
         cpath.write_text(json.dumps(cfg))
         f = open(path, "a", encoding="utf-8")
-    records, skipped, resumed = [], [], 0
-    try:
-        for i, p in enumerate(pairs):
-            k = pair_key(p)
-            if k in done:
-                records.append(done[k])
-                resumed += 1
+    keys = [pair_key(p) for p in pairs]
+    resumed = sum(1 for k in keys if k in done)
+    errors: dict = {}
+    todo, queued = [], set()
+    for i, (k, p) in enumerate(zip(keys, pairs)):
+        if k not in done and k not in queued:
+            queued.add(k)
+            todo.append((i, k, p))
+    count = [len(pairs) - len(todo)]
+    if progress is not None and count[0]:
+        progress(count[0], len(pairs))
+
+    def finished(recs: list) -> None:
+        new = []
+        for r in recs:
+            if r["key"] in done or r["key"] in errors:
+                continue  # each pair once
+            if "error" in r:
+                errors[r["key"]] = r["error"]
             else:
-                try:
-                    align(lm, p.base, p.counterfactual, max_tokens)
-                    r = score_pair(lm, p, kinds, max_tokens)
-                except InputError as e:
-                    skipped.append((i, str(e)))
-                    r = None
-                if r is not None:
-                    records.append(r)
-                    if f is not None:
-                        f.write(json.dumps(r) + "\n")
-                        f.flush()
-            if progress is not None:
-                progress(i + 1, len(pairs))
+                done[r["key"]] = r
+                new.append(r)
+            count[0] += 1
+        if new and f is not None:  # one write per batch
+            f.write("".join(json.dumps(r) + "\n" for r in new))
+            f.flush()
+        if progress is not None:
+            progress(count[0], len(pairs))
+
+    try:
+        if engine == "local":
+            for i, k, p in todo:
+                finished([score_item(lm, i, k, p, settings)])
+        elif todo:
+            from ..faithfulness.ray_engine import run_on_ray  # the studies' shared Ray engine
+
+            run_on_ray(lm, todo, settings, finished, address=address, workers=workers, gpus_per_worker=gpus_per_worker,
+                       threads=threads, batch_size=batch_size, notes=notes, score=score_item, unit="pair")
     finally:
         if f is not None:
             f.close()
+    records, skipped = [], []
+    for i, k in enumerate(keys):
+        if k in done:
+            records.append(done[k])
+        elif k in errors:
+            skipped.append((i, errors[k]))
     return MediationStudy(model=lm.spec, records=records, skipped=skipped, kinds=kinds,
                           seconds=time.perf_counter() - t0, resumed=resumed)
 
@@ -311,15 +369,31 @@ def run_cli(args, items: list) -> int:
     """`attnviz study --mediation`: minimal pairs from `items` (the data's items; agreement items get the
     subject's number changed, pronoun items the antecedent's gender, items with base / counterfactual /
     contrast are taken as they are), the first --n of those this model can patch, then the study into
-    --out (records.jsonl, summary.json, heads.csv, summary.md). Local engine only."""
+    --out (records.jsonl, summary.json, heads.csv, summary.md). --engine local (this process) or ray
+    (--address, --workers, --threads per worker, --gpus-per-worker, --batch-size pairs per task)."""
     import sys
 
     import attnviz
 
     from .pairs import pairs_from_items
 
-    if args.engine != "local":
-        raise InputError("--mediation runs on the local engine only (no --engine ray yet)")
+    ray_flags = [(f, v) for f, v in (("--address", args.address), ("--workers", args.workers),
+                                     ("--gpus-per-worker", args.gpus_per_worker), ("--batch-size", args.batch_size))
+                 if v is not None]
+    if args.engine != "ray" and ray_flags:
+        raise InputError(f"{', '.join(f for f, _ in ray_flags)} only apply with --engine ray")
+    for flag, v in (("--n", args.n), ("--workers", args.workers), ("--batch-size", args.batch_size)):
+        if v is not None and v < 1:
+            raise InputError(f"{flag} must be at least 1, got {v}")
+    if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
+        raise InputError(f"--gpus-per-worker must be at least 0, got {args.gpus_per_worker:g}")
+    if args.engine == "ray" and args.device != "cpu":
+        raise InputError(f"--device {args.device} applies to --engine local; with --engine ray give --gpus-per-worker "
+                         "(each actor then runs on its GPU)")
+    if args.address:  # an unreachable cluster is said within seconds, before the model loads
+        from ..faithfulness.ray_engine import check_address
+
+        check_address(args.address)
     kinds = tuple(k.strip() for k in (args.kinds or ",".join(STUDY_KINDS)).split(",") if k.strip())
     bad = [k for k in kinds if k not in ("attention", "head_output")]
     if bad or not kinds:
@@ -340,7 +414,7 @@ def run_cli(args, items: list) -> int:
     if not pairs:
         raise InputError(f"no minimal pair could be built from --data {args.data} for this model "
                          "(agreement items need a subject after 'the', pronoun items a name first)")
-    bar = None
+    bar, notes = None, []
     if not args.quiet:
         from tqdm import tqdm
 
@@ -348,7 +422,10 @@ def run_cli(args, items: list) -> int:
     try:
         res = mediation_study(lm, pairs, kinds=kinds, out_dir=args.out, resume=not args.fresh,
                               max_tokens=args.max_tokens,
-                              progress=None if bar is None else (lambda d, T: bar.update(d - bar.n)))
+                              progress=None if bar is None else (lambda d, T: bar.update(d - bar.n)),
+                              engine=args.engine, address=args.address, workers=args.workers,
+                              gpus_per_worker=args.gpus_per_worker or 0, threads=args.threads,
+                              batch_size=args.batch_size, notes=notes)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the finished pairs are saved in {args.out}; run the same command again to resume",
               file=sys.stderr)
@@ -362,6 +439,8 @@ def run_cli(args, items: list) -> int:
           f"model {lm.spec}")
     for reason, c in why.items():
         print(f"left out {c} pair(s): {reason}")
+    for note in notes:
+        print(note)
     for k in kinds:
         print("\n" + res.markdown(k, sums[k]))
     print("\nwritten: " + ", ".join(paths.values()))
