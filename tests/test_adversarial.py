@@ -587,13 +587,18 @@ def test_adversarial_page(tokenizer):
         top = np.argsort(-ref)[:5]
         after = ch["pred_after"]["data"][0]
         assert [lbl.endswith(clean_token(lm.tokenizer.convert_ids_to_tokens(int(i)))) for lbl, i in zip(after["y"], top)] == [True] * 5
-        assert np.allclose(_arr(after["x"]).astype(float), ref[top], atol=1e-4)
+        assert np.allclose(_arr(after["x"]).astype(float)[:5], ref[top], atol=1e-4)
+        # below the top 5: the contrast words it leaves out (is / are), with α′ in place
+        for lbl, p in zip(after["y"][5:], _arr(after["x"]).astype(float)[5:]):
+            word = lbl.split("·")[-1].strip()
+            assert word in ("is", "are") and p == pytest.approx(ref[lm.tokenizer.convert_tokens_to_ids(word)], abs=1e-4)
+        assert {lbl.split("·")[-1].strip() for lbl in after["y"]} >= {"is", "are"}
         return x, y
 
     # before: the model's own top-5
     before = ch["pred_before"]["data"][0]
     top0 = np.argsort(-y_own)[:5]
-    assert np.allclose(_arr(before["x"]).astype(float), y_own[top0], atol=1e-5)
+    assert np.allclose(_arr(before["x"]).astype(float)[:5], y_own[top0], atol=1e-5)
     assert before["y"][0].endswith(clean_token(lm.tokenizer.convert_ids_to_tokens(int(top0[0]))))
     # a top answer under 0.2 is said to be an uncertain one
     unsure = [c.value for c in at.caption if "model is unsure" in c.value]
@@ -603,7 +608,7 @@ def test_adversarial_page(tokenizer):
     # the frontier line is monotone; the point shown first is the largest JSD within ε = 0.01
     fx, fy = _arr(_trace(ch["frontier"], "frontier")["x"]), _arr(_trace(ch["frontier"], "frontier")["y"])
     assert (np.diff(fx) > 0).all() and (np.diff(fy) > 0).all()
-    x1, y1 = check_shown(ch, "within the tolerance")
+    x1, y1 = check_shown(ch, "within output change")
     assert y1 <= 0.01 and x1 == pytest.approx(fx[fy <= 0.01].max())
     perm = _trace(ch["frontier"], "100 shuffles of α")
     assert len(_arr(perm["x"])) == 100
@@ -611,7 +616,7 @@ def test_adversarial_page(tokenizer):
     at.select_slider(key="adv_eps").set_value(0.1)
     at.run()
     ch = _charts(at)
-    x2, y2 = check_shown(ch, "within the tolerance")
+    x2, y2 = check_shown(ch, "within output change")
     assert y2 <= 0.1 and x2 >= x1
     # the JSD slider: the lowest TVD with at least that JSD
     at.slider(key="adv_jsd").set_value(0.2)
@@ -673,9 +678,9 @@ def plain_jsd(p, q):
     return out
 
 
-def hf_replaced(lm, ids, target, repl):
+def hf_replaced(lm, ids, target, repl, read=None):
     """The Hugging Face model itself, rerun with attention rows replaced by hooks: repl {(layer, head):
-    α [B, n]} -> output distribution at the target [B, V] (float64). A forward hook on the layer's value
+    α [B, n]} -> output distribution at the target (or at position `read`) [B, V] (float64). A forward hook on the layer's value
     projection keeps the value vectors; a pre-hook on the output projection writes α·V into the head's
     slice of the target row of the attention context (what replacing the probabilities does)."""
     m = lm.model
@@ -719,7 +724,7 @@ def hf_replaced(lm, ids, target, repl):
     finally:
         for hd in handles:
             hd.remove()
-    return torch.softmax(logits[:, target].double(), -1)
+    return torch.softmax(logits[:, target if read is None else read].double(), -1)
 
 
 @pytest.mark.parametrize("fam", CAUSAL)

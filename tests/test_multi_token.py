@@ -223,3 +223,35 @@ def test_masked_lm_refuses_a_split_word_with_its_pieces_and_the_rule(tokenizer):
     assert preds == [None] and skipped[0]["why"] == msg
     assert choices_at(trace(lm, SENTENCE), groups=((word, "is"), ("is", "are"))) == [
         (("is", "are"), choices_at(trace(lm, SENTENCE), groups=(("is", "are"),))[0][1])]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_adversarial_contrast_words_under_replaced_attention(bpe, family):
+    """The adversarial page's contrast words: p(word) with the model's attention against one forward per
+    piece, and with α′ in the site's rows against the Hugging Face model rerun per piece with the target
+    row replaced by hooks (test_adversarial.hf_replaced)."""
+    from attnviz import adversarial as A
+    from test_adversarial import hf_replaced
+
+    lm = _causal(bpe, family, seed=5)
+    tok, emb = lm.tokenizer, lm.model.get_input_embeddings()
+    for site in (A.Site("head", 1, 2), A.Site("layer", 0), A.Site("all")):
+        pb = A.prepare(lm, TEXT, site, dtype=torch.float64)
+        t = pb.target
+        g = torch.Generator().manual_seed(11)
+        alpha = torch.softmax(2 * torch.randn(pb.alpha0.shape[0], pb.n, generator=g, dtype=torch.float64), -1)
+        got = A.contrast_at(pb, alpha.numpy(), SPLIT + ("table",))
+        assert [w for w, *_ in got] == list(SPLIT) + ["table"] and [x[3].multi for x in got] == [True, True, False]
+        for word, p0, p1, _ in got:
+            ids = _pieces(tok, word)
+            with torch.no_grad():
+                want0 = float(_plain_logp(lm.model, emb(pb.enc.ids[:, :t + 1]), tok, word, emb)[0].exp())
+            want1 = 0.0
+            for k, pid in enumerate(ids):
+                seq = torch.cat([pb.enc.ids[0, :t + 1], torch.tensor(ids[:k], dtype=torch.long)]).unsqueeze(0)
+                rows = {rc: torch.cat([alpha[r:r + 1], torch.zeros(1, k, dtype=alpha.dtype)], -1)
+                        for r, rc in enumerate(pb.rows)}
+                want1 += float(torch.log(hf_replaced(lm, seq, t, rows, read=-1)[0, pid]))
+            assert p0 == pytest.approx(want0, rel=RTOL[family]), (site, word)
+            assert p1 == pytest.approx(np.exp(want1), rel=max(RTOL[family], 1e-7)), (site, word)
+            assert abs(np.log(p1) - np.log(p0)) > 1e-6  # α′ moves the word's probability

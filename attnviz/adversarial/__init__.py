@@ -21,6 +21,9 @@ trade-off for one sentence and one intervention site:
   penalty on TVD above ε; accepted when TVD <= 0.05.
 - `run_pipeline` (pipeline.py): what the Adversarial page and scripts/frontier_report.py run for one
   sentence and site: the frontier, Jain & Wallace's search and the other seeds, with one progress.
+- `contrast_at` (contrast.py): the contrast words' probabilities with the model's attention and with a
+  point's α′, a word of several tokens scored by trace.MULTI_TOKEN_RULE (its pieces appended after the
+  target on a causal LM; refused on a masked LM).
 - `seed_baseline`: JSD between the attention of models trained from different seeds on the same
   sentence, and TVD between their outputs (Wiegreffe & Pinter's seed variance).
 
@@ -32,13 +35,14 @@ Files, one job each: settings.py (the default λ grid, Jain & Wallace's constant
 tvd), site.py (Site), problem.py (Problem: what is fixed for one model, sentence and site; prepare,
 evaluate, check_model), fastpath.py (Problem.outputs' fast path on models/fused.py), search.py
 (frontier: the batched optimisation over λ × restarts, and its baselines), envelope.py
-(lower_envelope, best_per_lambda), jain_wallace.py, seeds.py (seed_specs, seed_baseline), results.py
+(lower_envelope, best_per_lambda), contrast.py (contrast_at, word_probs), jain_wallace.py, seeds.py (seed_specs, seed_baseline), results.py
 (Frontier, JWResult, SeedPoint).
 """
 
 from __future__ import annotations
 
 from ..trace import encode
+from .contrast import contrast_at, word_probs
 from .distances import jsd, tvd
 from .envelope import best_per_lambda, lower_envelope
 from .jain_wallace import jain_wallace
@@ -51,7 +55,7 @@ from .settings import (ALPHA_KEEP, DEFAULT_LAMBDAS, INIT_FLOOR, JW_ACCEPT, JW_EP
                        JW_PENALTY, JW_STEPS, LN2)
 from .site import Site
 
-__all__ = ["run_pipeline", "jsd", "tvd", "Site", "Problem", "prepare", "evaluate", "check_model", "frontier", "Frontier",
+__all__ = ["run_pipeline", "contrast_at", "word_probs", "jsd", "tvd", "Site", "Problem", "prepare", "evaluate", "check_model", "frontier", "Frontier",
            "estimate_seconds", "search_seconds",
            "jain_wallace", "JWResult", "seed_baseline", "seed_specs", "SeedPoint", "baselines",
            "lower_envelope", "best_per_lambda", "DEFAULT_LAMBDAS", "JW_EPS", "JW_ACCEPT", "JW_STEPS", "JW_LR", "LN2"]

@@ -274,6 +274,33 @@ def attention_figure(fr, i):
     return fig
 
 
+def contrast_bars(fr, i):
+    """The app's contrast words (ui.contrast) outside each top list: ([(word, p)] with the original
+    attention, [(word, p)] with point i's α′, a note for words of several tokens); cached per point.
+    A word of several tokens is scored by trace.MULTI_TOKEN_RULE (adversarial.contrast_at)."""
+    a = ui.analysis(methods=["attention"], ask=False)
+    words = tuple(w for w, _ in ui.contrast(a)[:2]) if a is not None else ()
+    if len(words) < 2:
+        return [], [], None
+    ck = ("adversarial contrast",) + key + (int(i), words)
+    got = results.get(ck)
+    if got is None:
+        try:
+            alpha = None if i == 0 else fr.alpha_of(i)
+            pb = A.prepare(lm, ui.text(), fr.site, target=enc.target, max_tokens=ui.cap())
+            got = [(w, p0, p0 if i == 0 else p1, "·".join(readable_token(x) for x in word.pieces) if word.multi else "")
+                   for w, p0, p1, word in A.contrast_at(pb, alpha, words)]
+        except (AttnvizError, InputError, KeyError):
+            return [], [], None
+        results.put(ck, got)
+    top0 = {readable_token(t).strip().lower() for t, _ in fr.y0_top}
+    top1 = {readable_token(t).strip().lower() for t, _ in fr.prediction(i)}
+    multi = [f"p('{w}') is the product of its pieces' probabilities ({pcs}): its log-probability is their sum"
+             for w, _, _, pcs in got if pcs]
+    return ([(w, p0) for w, p0, _, _ in got if w.lower() not in top0],
+            [(w, p1) for w, _, p1, _ in got if w.lower() not in top1], "; ".join(multi) or None)
+
+
 @st.fragment
 def explore(fr, jw):
     ss.setdefault("adv_follow", "eps")
@@ -311,13 +338,16 @@ def explore(fr, jw):
                                                             f"{int(fr.restart[i]) + 1}, step {int(fr.step[i])}."))
     st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(attention_figure(fr, i)), key="adv_attention_chart")
     p1, p2 = st.columns(2)
-    before = figures.prediction_bars(fr.y0_top, title="Prediction with the original attention")
+    extra0, extra1, pieces_note = contrast_bars(fr, i)
+    before = figures.prediction_bars(fr.y0_top, title="Prediction with the original attention", extra=extra0)
     before.update_layout(meta="pred_before")
-    after = figures.prediction_bars(fr.prediction(i), title="Prediction with α′")
+    after = figures.prediction_bars(fr.prediction(i), title="Prediction with α′", extra=extra1)
     after.update_layout(meta="pred_after")
     # no toolbar on the small bar charts: on hover it covered their titles
     p1.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(before), key="adv_pred_before", config={"displayModeBar": False})
     p2.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(after), key="adv_pred_after", config={"displayModeBar": False})
+    if pieces_note:
+        st.caption(ui.plain(pieces_note))
     unsure = fr.y0_top and ui.unsure_note(fr.y0_top[0][1], "the words above mean little as predictions. TVD "
                                           "compares the whole output distributions, so how far the output "
                                           "moves is measured all the same.")
