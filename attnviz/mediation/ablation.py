@@ -4,6 +4,11 @@
                   contrast=("are", "is"))
     k.top_before, k.top_after     # [(token, p)] at the target, the first five
     k.p_before, k.p_after         # (p(are), p(is)) when a contrast pair is given
+    k1 = knockout(lm, text, layer=3, head=1, mode="mean", contrast=("are", "is"))   # one head
+    k1.p_before, k1.p_after       # the whole output distributions [V]; k1.change, k1.tvd
+
+Both run the same computation (_logits): one run up to the first knocked layer, then the plain and the
+knocked runs from there; knock_out takes several heads, knockout one head and keeps the distributions.
 
 A knocked-out head's slice of the attention result (softmax(q k^T) v for that head, before the output
 projection) is replaced, at every position, by zero ("zero" ablation) or by its mean over the
@@ -13,16 +18,19 @@ every family attnviz reads.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from ..errors import InputError
 from ..models.check import hf_forward
-from ..models.forward import after_attention, final_norm, layer_forward, rope_for
+from ..models.forward import final_norm, layer_forward, rope_for
 from ..text import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id, single_token_id
+from .core import _contrast_ids, _ctx, _from_ctx, check_model
 
 MODES = ("zero", "mean")
 
@@ -51,6 +59,31 @@ class KnockOut:
     notes: list = field(default_factory=list)
 
 
+@dataclass
+class Knockout:
+    """One head knocked out at the target: the output distribution before and after (knockout).
+
+    p_before, p_after: [V] float64 probabilities at the target; top: [(token, p_before, p_after)] for
+    the tokens most likely before or after; y_before, y_after, change: with a contrast (c1, c2),
+    y = p(c1)/p(c2) and its relative change y_after / y_before - 1 (+0.41 = +41 %), else None."""
+
+    layer: int
+    head: int
+    mode: str
+    target: int
+    p_before: np.ndarray
+    p_after: np.ndarray
+    top: list
+    y_before: Optional[float] = None
+    y_after: Optional[float] = None
+    change: Optional[float] = None
+
+    @property
+    def tvd(self) -> float:
+        """Total variation distance between the two output distributions (of 1)."""
+        return float(0.5 * np.abs(self.p_after - self.p_before).sum())
+
+
 def _head_slices(heads, L: int, H: int) -> dict:
     by_layer: dict = {}
     for lh in heads:
@@ -66,15 +99,17 @@ def _head_slices(heads, L: int, H: int) -> dict:
 
 def _knocked(w, x, rope, heads: set, mode: str) -> torch.Tensor:
     """One layer with the given heads' attention results replaced (zero or their mean over positions)."""
-    st = layer_forward(w, x, rope=rope)
-    rep = w.n_heads // w.n_kv_heads
-    v = st.v.repeat_interleave(rep, dim=1) if rep > 1 else st.v
-    per_head = st.probs @ v  # [1, H, n, dh]
+    ctx = _ctx(w, layer_forward(w, x, rope=rope))  # [B, n, H*dh], a new tensor
+    dh = w.head_dim
     for h in heads:
-        per_head[:, h] = 0.0 if mode == "zero" else per_head[:, h].mean(dim=1, keepdim=True)
-    B, H, n, dh = per_head.shape
-    attn_out = per_head.transpose(1, 2).reshape(B, n, H * dh) @ w.wo + (0 if w.bo is None else w.bo)
-    return after_attention(w, x, attn_out).resid_out
+        sl = ctx[..., h * dh:(h + 1) * dh]
+        sl.copy_(torch.zeros_like(sl) if mode == "zero" else sl.mean(1, keepdim=True).expand_as(sl))
+    return _from_ctx(w, x, ctx)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise InputError(f"knock-out mode {mode!r} is unknown: choose from {', '.join(MODES)}")
 
 
 def _logits(lm, enc, by_layer: dict, mode: str, dtype) -> tuple:
@@ -104,8 +139,9 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
     """The prediction of `text` with the given heads knocked out (mode "zero" or "mean"), beside the
     plain prediction. Raises InputError (one line) for an unknown mode, a head outside the model, a
     model without an output head or contrast words that are not one token each."""
-    if mode not in MODES:
-        raise InputError(f"knock-out mode {mode!r} is unknown: choose from {', '.join(MODES)}")
+    _check_mode(mode)
+    if lm.arch is None:
+        raise InputError(f"knocking heads out needs the functional forward: {lm.disabled_reason}")
     if getattr(lm.arch, "head", None) is None:
         raise InputError(f"{lm.spec} has no output head, so there is no prediction to knock out")
     enc = encode(lm, text, max_tokens, target)
@@ -137,4 +173,31 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
         zb = float(before[ids[0]] - before[ids[1]])
         za = float(after[ids[0]] - after[ids[1]])
         res.y_change = float(torch.expm1(torch.tensor(za - zb, dtype=torch.float64)))
+    return res
+
+
+def knockout(lm, text: str, layer: int, head: int, mode: str = "zero", contrast: Optional[Sequence[str]] = None,
+             top_k: int = 5, target: Optional[int] = None, max_tokens: int = 128) -> Knockout:
+    """Knock out head `head` of layer `layer` (0-based), in the model's own precision: "zero" sets the
+    head's output (before the output projection) to 0 at every position, "mean" to its mean over the
+    text's positions. Returns the target's output distribution before and after (Knockout)."""
+    check_model(lm)
+    _check_mode(mode)
+    L, H = len(lm.arch.layers), lm.arch.layers[0].n_heads
+    if not (0 <= layer < L and 0 <= head < H):
+        raise InputError(f"there is no head {layer + 1}.{head + 1}: the model has {L} layers of {H} heads")
+    enc = encode(lm, text, max_tokens, target)
+    ids = _contrast_ids(lm, contrast) if contrast is not None else None
+    dtype = next(iter(lm.model.parameters())).dtype
+    with torch.inference_mode():
+        before, after = _logits(lm, enc, {layer: {head}}, mode, dtype)
+        pb, pa = torch.softmax(before, -1).cpu().numpy(), torch.softmax(after, -1).cpu().numpy()
+    top_ids = list(dict.fromkeys(list(np.argsort(-pb)[:top_k]) + list(np.argsort(-pa)[:top_k])))
+    toks = lm.tokenizer.convert_ids_to_tokens([int(i) for i in top_ids])
+    res = Knockout(layer=layer, head=head, mode=mode, target=enc.target, p_before=pb, p_after=pa,
+                   top=[(tk, float(pb[i]), float(pa[i])) for tk, i in zip(toks, top_ids)])
+    if ids is not None:
+        zb = float(before[ids[0]] - before[ids[1]])
+        za = float(after[ids[0]] - after[ids[1]])
+        res.y_before, res.y_after, res.change = math.exp(zb), math.exp(za), math.expm1(za - zb)
     return res
