@@ -255,3 +255,32 @@ def test_adversarial_contrast_words_under_replaced_attention(bpe, family):
             assert p0 == pytest.approx(want0, rel=RTOL[family]), (site, word)
             assert p1 == pytest.approx(np.exp(want1), rel=max(RTOL[family], 1e-7)), (site, word)
             assert abs(np.log(p1) - np.log(p0)) > 1e-6  # α′ moves the word's probability
+
+
+def test_study_counts_the_items_each_rule_affects(bpe, tokenizer, tmp_path):
+    """The study summary says how many sentences were scored by the sum rule (causal LM) and how many
+    were refused (masked LM), in summary.json and ranking.md; the record keeps the pieces' count."""
+    import json
+
+    from attnviz.models.load import wrap
+
+    lm = _causal(bpe, "gpt2", seed=6)
+    items = [{"text": TEXT + " [MASK] on the table", "answer": SPLIT[0], "wrong": SPLIT[1]},
+             {"text": TEXT + " [MASK] on the table", "answer": "table", "wrong": "cabinet"},
+             {"text": "the key to the [MASK] on the table", "answer": "tablets", "wrong": "cabinet"}]
+    res = F.study(lm, items, methods=["attention"], baselines=["blank_out"], out_dir=tmp_path / "c")
+    assert [r.get("pieces") for r in sorted(res.records, key=lambda r: r["i"])] == [3, 1, 3]
+    assert res.multi_token() == {"rule": MULTI_TOKEN_RULE, "scored": 2, "refused": 0}
+    res.write(tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["multi_token"]["scored"] == 2
+    assert "2 sentences scored by the sum of the pieces' log-probabilities, 0 refused" in res.ranking_report()
+
+    cls, cfg = tiny_configs(tokenizer.vocab_size)["bert"]
+    torch.manual_seed(0)
+    bert = wrap(cls._from_config(cfg, attn_implementation="eager").eval(), tokenizer, spec="tiny:bert", check=False)
+    word = next(w for w in ("cabinetry", "tables", "keyss", "houses", "balls")
+                if len(tokenizer.tokenize(w)) > 1 and tokenizer.unk_token not in tokenizer.tokenize(w))
+    res = F.study(bert, [{"text": SENTENCE, "answer": word, "wrong": "is"}, {"text": SENTENCE, "answer": "are", "wrong": "is"}],
+                  methods=["attention"], baselines=["blank_out"])
+    assert res.multi_token()["refused"] == 1 and res.multi_token()["scored"] == 0 and res.n_sentences == 1
+    assert "0 sentences scored by the sum of the pieces' log-probabilities, 1 refused" in res.ranking_report()

@@ -33,5 +33,6 @@ def score_record(lm, i: int, key: str, item: dict, settings: dict) -> dict:
         return dict(key=key, i=i, text=item["text"], error=str(e))
     c = res.correlations
     return dict(key=key, i=i, text=item["text"], n_tokens=len(res.importance.tokens), f0=res.importance.f0,
-                contrast=contrast is not None, ig_rel=res.importance.ig.get("completeness_rel"),
+                contrast=contrast is not None, pieces=max((len(w.ids) for w in res.importance.target.words), default=None),
+                ig_rel=res.importance.ig.get("completeness_rel"),
                 ig_steps=res.importance.ig.get("steps"), rho=to_lists(c.rho), tau=to_lists(c.tau))

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import AttnvizError, InputError
 from ..resources import write_whole
+from ..trace import MULTI_TOKEN_RULE
 from .correlation import Ranking, ranking
 from .importance import BASELINES, DEFAULT_IG_STEPS, output_kind
 from .ray_engine import run_on_ray
@@ -193,6 +194,9 @@ class StudyResult:
         out += ["", f"Undefined means (no sentence with a defined correlation; not ranked): {len(und)}"
                 + (":" if und else ".")]
         out += [f"- {m} L{l + 1} vs {b}" for m, l, b in und]
+        mt = self.multi_token_line()
+        if mt:
+            out += ["", mt]
         return "\n".join(out) + "\n"
 
     def to_json(self) -> dict:
@@ -202,12 +206,29 @@ class StudyResult:
                     ig_completeness_rel_max=_num(max((r.get("ig_rel", 0.0) or 0.0) for r in self.records)
                                                  if self.records else float("nan")),
                     accuracy=self.accuracy(), summary=self.rows(), ranking=self.ranking().to_dict(),
-                    reference_abnar_zuidema_table1=ABNAR_ZUIDEMA_TABLE1)
+                    reference_abnar_zuidema_table1=ABNAR_ZUIDEMA_TABLE1, multi_token=self.multi_token())
 
     def accuracy(self) -> Optional[float]:
         """Share of contrast items with p(correct) > p(wrong) (None without contrasts)."""
         f = [r["f0"] for r in self.records if r.get("contrast")]
         return float(np.mean([v > 0 for v in f])) if f else None
+
+    def multi_token(self) -> dict:
+        """Contrast words of several tokens (trace.MULTI_TOKEN_RULE): the rule, how many studied sentences
+        scored a contrast word as the sum of its pieces' log-probabilities (causal LMs; the record's
+        `pieces`, the longer word's token count, above 1) and how many items were refused for one (masked
+        LMs: the skip reason names the rule)."""
+        return dict(rule=dict(MULTI_TOKEN_RULE),
+                    scored=int(sum((r.get("pieces") or 1) > 1 for r in self.records)),
+                    refused=int(sum(MULTI_TOKEN_RULE["masked_lm"] in str(why) for _, why in self.skipped)))
+
+    def multi_token_line(self) -> Optional[str]:
+        """multi_token in words (None when no sentence had a contrast word of several tokens)."""
+        mt = self.multi_token()
+        if not mt["scored"] and not mt["refused"]:
+            return None
+        return (f"contrast words of several tokens: {mt['scored']} sentences scored by the sum of the pieces' "
+                f"log-probabilities, {mt['refused']} refused (a masked LM's [MASK] holds one token)")
 
     def write(self, out_dir, png: bool = False, figure=None) -> dict:
         """summary.csv, summary.json, summary.html, ranking.csv, ranking.md (and summary.png if png) into
