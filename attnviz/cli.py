@@ -442,6 +442,8 @@ def cmd_study(args) -> int:
         print(f"left out {m}: {why}")
     for note in res.notes:
         print(f"note: {note}")
+    for line in res.check_lines():
+        print(f"baseline check: {line}")
     for b in [b for b in ("blank_out", "grad_norm") if b in res.baselines] or res.baselines[:1]:
         print(f"\nmean Spearman (± std) vs {b}:\n{res.markdown(b)}")
     print("\nwritten: " + ", ".join(paths.values()))

@@ -286,3 +286,71 @@ def test_fuzz_study_items(lm, tmp_path):
     run()
     print(f"study-item fuzz: {ran}")
     assert ran["cases"] == n_cases and ran["scored"] > 0 and ran["skipped"] > 0
+
+
+# ---------------------------------------------------------------- baseline checks in the study table
+def test_the_study_counts_degenerate_blank_out_and_ig_misses(lm, tmp_path, capsys):
+    """blank_deg per record = median over the attributed tokens of |f(blanked) - f0| / |f0|, written here
+    with plain HF forwards (tokens replaced by the tokenizer's blank id, f = p(answer) - p(wrong) at the
+    [MASK]); the study's counts are those of the records; an IG bound no step count reaches is missed
+    on every sentence, and the CLI and ranking.md say both."""
+    import torch
+    from attnviz.faithfulness.importance import DEGENERATE, blank_token
+
+    items = [it for it in ITEMS if isinstance(it, dict)]
+    res = F.study(lm, items, baselines=["blank_out", "integrated_gradients"], ig_steps=2, ig_tol=1e-12)
+    tok, model = lm.tokenizer, lm.model
+    bid = blank_token(tok)[0]
+    plain = []
+    for it in items:
+        ids = tok(it["text"], return_tensors="pt")["input_ids"][0]
+        t = int((ids == tok.mask_token_id).nonzero()[0, 0])
+        a, w = tok.convert_tokens_to_ids(it["answer"]), tok.convert_tokens_to_ids(it["wrong"])
+
+        def f(x):
+            with torch.no_grad():
+                p = torch.softmax(model(input_ids=x[None]).logits[0, t].double(), -1)
+            return float(p[a] - p[w])
+
+        f0 = f(ids)
+        special = set(tok.all_special_ids)
+        d = []
+        for j in range(len(ids)):
+            if j == t or int(ids[j]) in special:
+                continue
+            x = ids.clone()
+            x[j] = bid
+            d.append(abs(f(x) - f0))
+        plain.append(float(np.median(d)) / abs(f0))
+    got = [r["blank_deg"] for r in res.records]
+    np.testing.assert_allclose(got, plain, rtol=1e-3)  # float32 forwards, batched against one at a time
+    checks = res.baseline_checks()
+    assert checks["blank_out"]["measured"] == len(items)
+    assert checks["blank_out"]["degenerate"] == sum(v >= DEGENERATE for v in plain)
+    assert checks["blank_out"]["median"] == pytest.approx(float(np.median(plain)), rel=1e-3)
+    ig = checks["integrated_gradients"]
+    assert ig["tol"] == 1e-12 and ig["measured"] == len(items) and ig["missed"] == len(items)
+    assert all(r["ig_met"] is False for r in res.records)
+    loose = F.study(lm, items, baselines=["integrated_gradients"], ig_steps=2, ig_tol=0.99)
+    assert loose.baseline_checks()["integrated_gradients"]["missed"] == \
+        sum(r["ig_rel"] > 0.99 for r in loose.records)
+    paths = res.write(tmp_path)
+    md = Path(paths["ranking_md"]).read_text()
+    assert f"in {len(items)} of {len(items)} sentences" in md and "blank-out degenerate" in md
+    assert json.loads(Path(paths["json"]).read_text())["baseline_checks"]["integrated_gradients"]["missed"] == len(items)
+    # a baseline that is degenerate on most sentences is flagged in the table's lines (old records: not measured)
+    import dataclasses
+    recs = [dict(r, blank_deg=v) for r, v in zip(res.records, [0.95, 0.5, 1.2, None])]
+    worn = dataclasses.replace(res, records=recs)
+    b = worn.baseline_checks()["blank_out"]
+    assert (b["measured"], b["degenerate"], b["median"]) == (3, 2, pytest.approx(0.95))
+    assert "DEGENERATE on most sentences" in worn.check_lines()[0]
+    main(["study", "--model", "builtin:agreement", "--data", str(_items_file(tmp_path, items)), "--out",
+          str(tmp_path / "cli"), "--baselines", "blank_out", "--methods", "attention", "--quiet"])
+    assert "baseline check: blank-out degenerate" in capsys.readouterr().out
+
+
+def _items_file(tmp_path: Path, items: list) -> Path:
+    p = tmp_path / "items.jsonl"
+    p.write_text("".join(json.dumps(it) + "\n" for it in items))
+    return p

@@ -35,4 +35,9 @@ def score_record(lm, i: int, key: str, item: dict, settings: dict) -> dict:
     return dict(key=key, i=i, text=item["text"], n_tokens=len(res.importance.tokens), f0=res.importance.f0,
                 contrast=contrast is not None, pieces=max((len(w.ids) for w in res.importance.target.words), default=None),
                 ig_rel=res.importance.ig.get("completeness_rel"),
-                ig_steps=res.importance.ig.get("steps"), rho=to_lists(c.rho), tau=to_lists(c.tau))
+                ig_steps=res.importance.ig.get("steps"), ig_met=res.importance.ig.get("met"),
+                blank_deg=_finite_or_none(res.importance.blank_degeneracy), rho=to_lists(c.rho), tau=to_lists(c.tau))
+
+
+def _finite_or_none(v):
+    return None if v is None or not math.isfinite(float(v)) else float(v)

@@ -36,7 +36,7 @@ from ..errors import AttnvizError, InputError
 from ..resources import write_whole
 from ..trace import MULTI_TOKEN_RULE
 from .correlation import Ranking, ranking
-from .importance import BASELINES, DEFAULT_IG_STEPS, output_kind
+from .importance import BASELINES, DEFAULT_IG_STEPS, DEFAULT_IG_TOL, DEGENERATE, output_kind
 from .ray_engine import run_on_ray
 from .record import from_lists, score_record
 from .sentence import CORE_METHODS, available_methods
@@ -185,6 +185,9 @@ class StudyResult:
                rk.rule + ".", "",
                "Cells: summary rank (mean ρ over the same layers); lower rank = closer to the baseline.", "",
                rk.markdown(), ""]
+        checks = self.check_lines()
+        if checks:
+            out += ["Baselines on these sentences:", ""] + [f"- {c}" for c in checks] + [""]
         for b in rk.baselines:
             out += [f"## Rank per layer (mean ρ) vs {b}", "", rk.layer_markdown(b), ""]
         ties = rk.ties()
@@ -205,8 +208,54 @@ class StudyResult:
                     left_out=self.left_out, resumed=self.resumed, seconds=self.seconds, notes=self.notes,
                     ig_completeness_rel_max=_num(max((r.get("ig_rel", 0.0) or 0.0) for r in self.records)
                                                  if self.records else float("nan")),
-                    accuracy=self.accuracy(), summary=self.rows(), ranking=self.ranking().to_dict(),
+                    accuracy=self.accuracy(), baseline_checks=self.baseline_checks(), summary=self.rows(), ranking=self.ranking().to_dict(),
                     reference_abnar_zuidema_table1=ABNAR_ZUIDEMA_TABLE1, multi_token=self.multi_token())
+
+    def baseline_checks(self) -> dict:
+        """How far the baselines can be trusted on this study's sentences:
+        blank_out: sentences with a measured degeneracy (median |Δf| / |f0| over the attributed tokens),
+            how many reach DEGENERATE (blanking any token changes f by about all of f0: the baseline
+            cannot rank tokens), and the median degeneracy;
+        integrated_gradients: the relative completeness bound, how many sentences ran IG, how many
+            missed the bound, and the largest relative completeness error.
+        Records written before these fields existed count as not measured."""
+        out = {}
+        if "blank_out" in self.baselines:
+            deg = [float(r["blank_deg"]) for r in self.records if r.get("blank_deg") is not None]
+            out["blank_out"] = dict(measured=len(deg), degenerate=int(sum(d >= DEGENERATE for d in deg)),
+                                    threshold=DEGENERATE, median=_num(np.median(deg)) if deg else None)
+        if "integrated_gradients" in self.baselines:
+            tol = self.settings.get("ig_tol")
+            tol = DEFAULT_IG_TOL if tol is None else (float(tol) if tol > 0 else None)
+            rel = [float(r["ig_rel"]) for r in self.records if r.get("ig_rel") is not None]
+            missed = 0 if tol is None else int(sum(v > tol for v in rel))
+            out["integrated_gradients"] = dict(tol=tol, measured=len(rel), missed=missed,
+                                               max_rel=_num(max(rel)) if rel else None)
+        return out
+
+    def check_lines(self) -> list:
+        """baseline_checks in words, one line per baseline (for the CLI, ranking.md and the html)."""
+        lines = []
+        c = self.baseline_checks()
+        b = c.get("blank_out")
+        if b is not None:
+            if b["measured"]:
+                flag = " — DEGENERATE on most sentences: its correlations say little" \
+                    if b["degenerate"] * 2 > b["measured"] else ""
+                lines.append(f"blank-out degenerate (median |Δf|/|f0| ≥ {b['threshold']:g}) in {b['degenerate']} of "
+                             f"{b['measured']} sentences (median {b['median']:.2f}){flag}")
+            else:
+                lines.append("blank-out degeneracy: not measured (records of an older version)")
+        g = c.get("integrated_gradients")
+        if g is not None:
+            if g["tol"] is None:
+                lines.append(f"integrated gradients: fixed steps, no completeness bound (largest relative error "
+                             f"{g['max_rel'] if g['max_rel'] is not None else float('nan'):.3g})")
+            else:
+                lines.append(f"integrated gradients missed its {100 * g['tol']:.2g} % completeness bound in "
+                             f"{g['missed']} of {g['measured']} sentences"
+                             + (f" (largest relative error {g['max_rel']:.3g})" if g["max_rel"] is not None else ""))
+        return lines
 
     def accuracy(self) -> Optional[float]:
         """Share of contrast items with p(correct) > p(wrong) (None without contrasts)."""
@@ -287,6 +336,9 @@ def _html_page(fig, res, rk) -> str:
         parts.append(table(["method"] + [f"L{l + 1}" for l in range(rk.n_layers)],
                            [[m] + [fmt(rk.rank[mi, l, bi], rk.value[mi, l, bi]) for l in range(rk.n_layers)]
                             for mi, m in enumerate(rk.methods)]))
+    checks = res.check_lines()
+    if checks:
+        parts.append("<p>" + "<br>".join(H.escape(c) for c in checks) + "</p>")
     extra = [f"undefined means (not ranked): {len(rk.undefined())}", f"ties: {len(rk.ties())}"]
     parts.append("<p>" + H.escape("; ".join(extra)) + " (listed in summary.json, ranking).</p>")
     style = ("<style>table{border-collapse:collapse;font:13px sans-serif;margin:8px 0}"
