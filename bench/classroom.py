@@ -3,6 +3,7 @@
     python bench/classroom.py                        # builtin:agreement and pkg:smollm2, 20 sessions each
     python bench/classroom.py --models builtin:agreement --sessions 5
     python bench/classroom.py --root /tmp/old        # the app of another checkout (e.g. a git worktree)
+    python bench/classroom.py --server-only 5        # the server's own CPU a session, no browser
 
 Per model: a fresh server (`streamlit run app.py` of --root, its results cache on disk switched off so
 that nothing of an earlier run is reused), one warm-up page on another sentence (the model loads), then
@@ -218,6 +219,50 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float) -> dict:
             proc.kill()
 
 
+def server_only(root: Path, spec: str, n: int) -> dict:
+    """The page script's CPU per session without any browser: streamlit's AppTest runs the app of root for
+    the teacher's link once (the model loads, the results are computed), then n more times, each a new
+    session on the cached results; the script's thread CPU is what the server spends on a session
+    before serialising (thread CPU time measured inside the script thread)."""
+    import threading
+
+    sys.path.insert(0, str(root))
+    from streamlit.testing.v1 import AppTest
+
+    cpu = []
+    orig = threading.Thread.run
+
+    def timed(self):
+        t = time.thread_time()
+        try:
+            orig(self)
+        finally:
+            if getattr(threading, "_classroom_on", False):
+                cpu.append(time.thread_time() - t)
+
+    threading.Thread.run = timed
+
+    def one():
+        at = AppTest.from_file(str(root / "app.py"), default_timeout=600)
+        at.query_params["model"] = spec
+        at.query_params["text"] = TEXT
+        at.run()
+        if at.exception:
+            raise RuntimeError(f"the page failed: {at.exception[0].message}")
+
+    try:
+        one()
+        threading._classroom_on = True
+        t0, w0 = time.process_time(), time.time()
+        for _ in range(n):
+            one()
+        threading._classroom_on = False
+    finally:
+        threading.Thread.run = orig
+    return dict(spec=spec, sessions=n, script_cpu_s=sum(cpu) / n, process_cpu_s=(time.process_time() - t0) / n,
+                wall_s=(time.time() - w0) / n)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="builtin:agreement,pkg:smollm2")
@@ -225,8 +270,22 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default=str(ROOT), help="the checkout whose app.py to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="hang guard per session (s)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--server-only", type=int, default=0, metavar="N",
+                    help="no browsers: N sessions of the page script (AppTest) on cached results, CPU per session")
     args = ap.parse_args(argv)
     out = []
+    if args.server_only:
+        os.environ.update(ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                          OMP_NUM_THREADS="1", ATTNVIZ_CACHE_DIR="off")
+        for spec in args.models.split(","):
+            r = server_only(Path(args.root).resolve(), spec.strip(), args.server_only)
+            out.append(r)
+            print(f"{r['spec']}: the page script {r['script_cpu_s']:.2f} s CPU a session (its threads), the whole "
+                  f"process {r['process_cpu_s']:.2f} s, wall {r['wall_s']:.2f} s; {r['sessions']} sessions, load "
+                  f"average {os.getloadavg()[0]:.1f}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
     for spec in args.models.split(","):
         r = bench_model(Path(args.root).resolve(), spec.strip(), args.sessions, args.timeout)
         out.append(r)
