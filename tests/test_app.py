@@ -214,20 +214,24 @@ def test_url_reproduces_the_view(app_spec, lm):
 
 
 def test_heads_grid_and_open_on_explore(app_spec, lm):
+    from attnviz import figures
+
     at, ref = page_with_attention(app_spec, lm, "heads")
     text = at.session_state["text"]
     heads = ref.maps["attention"].heads
     grid = chart(at, "head_grid")["data"]
     hm = [t for t in grid if t["type"] == "heatmap"]
-    assert len(hm) == lm.n_layers * (lm.n_heads + 1)
-    for t in hm:
-        l, h = t["meta"]
-        expect = ref.maps["attention"].layer[l - 1] if h == 0 else heads[l - 1, h - 1]
-        np.testing.assert_allclose(arr(t["z"]), expect, rtol=1e-6, atol=1e-9)
+    assert len(hm) == 1  # one heatmap, the maps side by side (grid_cells cuts one out)
+    z, meta = arr(hm[0]["z"]), hm[0]["meta"]
+    assert (meta["L"], meta["C"]) == (lm.n_layers, lm.n_heads + 1)
+    for l in range(1, lm.n_layers + 1):
+        for h in range(lm.n_heads + 1):
+            expect = ref.maps["attention"].layer[l - 1] if h == 0 else heads[l - 1, h - 1]
+            np.testing.assert_allclose(figures.grid_cells(z, meta, l, h), expect, rtol=1e-6, atol=1e-9)
     at.radio(key="heads_method").set_value("value_norm").run()
     vn = reference(lm, text, ["value_norm"]).maps["value_norm"]
-    t = next(t for t in chart(at, "head_grid")["data"] if t["type"] == "heatmap" and t["meta"] == [2, 3])
-    np.testing.assert_allclose(arr(t["z"]), vn.heads[1, 2], rtol=1e-6, atol=1e-9)
+    hm = next(t for t in chart(at, "head_grid")["data"] if t["type"] == "heatmap")
+    np.testing.assert_allclose(figures.grid_cells(arr(hm["z"]), hm["meta"], 2, 3), vn.heads[1, 2], rtol=1e-6, atol=1e-9)
     # open layer 2, head 3 large on Explore
     at.selectbox(key="heads_pick_layer").set_value(2).run()
     at.selectbox(key="heads_pick_head").set_value(3).run()
@@ -260,13 +264,12 @@ def test_heads_grid_of_a_long_text_shows_blocks(app_spec, lm):
         return np.array([[np.mean([sum(M[i, j] for j in J) for i in I]) for J in blocks] for I in blocks])
 
     hm = [t for t in chart(at, "head_grid")["data"] if t["type"] == "heatmap"]
-    assert len(hm) == lm.n_layers * (lm.n_heads + 1)
-    for t in hm:
-        if t["meta"] in ([1, 0], [2, 1], [lm.n_layers, lm.n_heads]):
-            l, h = t["meta"]
-            M = ref.layer[l - 1] if h == 0 else ref.heads[l - 1, h - 1]
-            np.testing.assert_allclose(arr(t["z"]), pooled(M), rtol=1e-6, atol=1e-9)
-            assert len(t["x"]) == len(blocks) and t["x"][1].startswith(f"{k}·")
+    assert len(hm) == 1 and hm[0]["meta"]["n"] == len(blocks)
+    for l, h in ((1, 0), (2, 1), (lm.n_layers, lm.n_heads)):
+        M = ref.layer[l - 1] if h == 0 else ref.heads[l - 1, h - 1]
+        np.testing.assert_allclose(figures.grid_cells(arr(hm[0]["z"]), hm[0]["meta"], l, h), pooled(M), rtol=1e-6, atol=1e-9)
+    assert hm[0]["x"][1].startswith(f"head 1, column {k}·")
+    assert hm[0]["y"][1].startswith(f"layer 1, row {k}·")
     assert any(f"blocks of {k} tokens" in c.value for c in at.caption)
 
 

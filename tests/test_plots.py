@@ -186,21 +186,33 @@ def test_row_bars_and_prediction_bars():
 
 
 def test_head_grid_layout_and_meta():
+    """One heatmap holds every map: map (l, h) sits at rows l·(n+g) .. +n and columns h·(n+g) .. +n
+    (g blank cells between maps, NaN), the layer maps in the last column; one invisible square per map
+    carries [layer, head] for a click."""
     rng = np.random.default_rng(3)
     L, H, n = 2, 3, 4
     heads = _stochastic(rng, L, H, n, n)
     fig = figures.head_grid(heads, heads.mean(1), text.token_labels(list("abcd")))
     hm = [t for t in fig.data if t.type == "heatmap"]
-    assert len(hm) == L * (H + 1)
-    for t in hm:
-        l, h = t.meta
-        ref = heads[l - 1].mean(0) if h == 0 else heads[l - 1, h - 1]
-        np.testing.assert_array_equal(np.asarray(t.z), ref)
+    assert len(hm) == 1
+    z, meta = np.asarray(hm[0].z, dtype=float), hm[0].meta
+    g = meta["gap"]
+    assert (meta["L"], meta["C"], meta["n"]) == (L, H + 1, n) and g >= 1
+    assert z.shape == (L * (n + g) - g, (H + 1) * (n + g) - g)
+    for l in range(L):
+        for c in range(H + 1):
+            ref = heads[l].mean(0) if c == H else heads[l, c]
+            np.testing.assert_array_equal(z[l * (n + g):l * (n + g) + n, c * (n + g):c * (n + g) + n], ref)
+            np.testing.assert_array_equal(figures.grid_cells(z, meta, l + 1, 0 if c == H else c + 1), ref)
+    assert np.isnan(z[n:n + g]).all() and np.isnan(z[:, n:n + g]).all()  # the gaps are blank
+    assert len(set(hm[0].x)) == len(hm[0].x) and len(set(hm[0].y)) == len(hm[0].y)  # categories stay apart
+    assert hm[0].y[1] == "layer 1, row 1·b" and hm[0].x[(n + g) + 2] == "head 2, column 2·c"
     clicks = [t for t in fig.data if t.type == "scatter"]
-    assert len(clicks) == L * (H + 1)
-    # the click overlay carries the same values, row-major over (row i, column j)
-    t = clicks[1]
-    np.testing.assert_allclose(np.asarray(t.customdata), heads[0, 1].ravel())
+    assert len(clicks) == 1 and sorted(map(tuple, clicks[0].customdata)) == sorted(
+        (l + 1, h) for l in range(L) for h in range(H + 1))
+    # each square sits on its own map: its x and y are categories of that map's columns and rows
+    for x, y, (l, h) in zip(clicks[0].x, clicks[0].y, clicks[0].customdata):
+        assert y.startswith(f"layer {l}, row") and x.startswith("all heads" if h == 0 else f"head {h},")
 
 
 # ------------------------------------------------------------------------------------ attention graph

@@ -52,38 +52,49 @@ if block > 1:  # a long text: L x (H+1) maps of n x n would be hundreds of MB fo
 lm = ui.model()
 if "heads_log" not in st.session_state:  # a causal model's first column (an attention sink) washes out the rest
     st.session_state.heads_log = lm is not None and lm.task == "causal_lm"
+colorbar = None
 if st.toggle("Log colours", key="heads_log", help="Colours on a log scale (down to 1/10,000 of the grid's largest "
                                                   "value): the cells beside an attention sink become visible."):
     floor = max(float(heads.max()), float(layer_maps.max()), 1e-12) * 1e-4
     heads, layer_maps = np.log10(np.clip(heads, floor, None)), np.log10(np.clip(layer_maps, floor, None))
     heads, layer_maps = heads - np.log10(floor), layer_maps - np.log10(floor)
+    colorbar = f"{value_name} (log scale)"
     value_name = f"log10(value / {floor:.1e}): {value_name}"
-fig = figures.head_grid(heads, layer_maps, labels, value_name=value_name, layer_label=METHODS[method].layer_map)
-# readable with many layers (SmolLM2: 30 x 9 + 1 cells) at 1024 px: rows of a fixed height (not
-# 1000 px / columns each, mostly blank), layer names written horizontally ("L12", not rotated 10 px
-# text), the colour scale as a short horizontal bar above the grid (not one bar the height of all 30
-# rows, whose title ends up off screen)
-ROW_PX, GAP_PX = (50, 6) if L > 12 else (90, 10)
-fig.update_layout(height=ROW_PX * L + 130, margin=dict(l=10, r=44, t=120, b=10))
-C = H + 1
-for l in range(L):  # rows ROW_PX apart with a GAP_PX gap (make_subplots' spacing is a share of the height)
-    top = 1 - l * ROW_PX / (ROW_PX * L)
-    dom = [max(0.0, top - (ROW_PX - GAP_PX) / (ROW_PX * L)), top]
-    for c in range(C):
-        k = l * C + c + 1
-        fig.layout["yaxis" if k == 1 else f"yaxis{k}"].domain = dom
-for ann in fig.layout.annotations:
-    if str(ann.text).startswith("layer ") and ann.textangle == 90:
-        l = int(ann.text.split()[1]) - 1
-        ann.update(text="L" + str(l + 1), textangle=0, xanchor="left", font=dict(size=12),
-                   y=1 - (l * ROW_PX + (ROW_PX - GAP_PX) / 2) / (ROW_PX * L))
-    else:
-        ann.update(font=dict(size=11))
-for tr in fig.data:
-    if tr.type == "heatmap" and tr.showscale:
-        tr.colorbar.update(orientation="h", lenmode="pixels", len=320, thickness=10, x=0, xanchor="left",
-                           y=1.0 + 34 / (ROW_PX * L), yanchor="bottom",
-                           title=dict(text=tr.colorbar.title.text, side="top"))
+# readable with many layers (SmolLM2: 30 x 9 + 1 maps) at 1024 px: rows of a fixed height, layer names
+# written horizontally ("L12"), the colour scale a short bar at the top right (not one bar the height
+# of all 30 rows, whose title ends up off screen); the head names in a header row that
+# stays at the top of the window while the grid scrolls (below)
+ROW_PX = 50 if L > 12 else 90
+fig = figures.head_grid(heads, layer_maps, labels, value_name=value_name, layer_label=METHODS[method].layer_map,
+                        row_px=ROW_PX, colorbar_title=colorbar, column_titles=False)
+fig.update_layout(height=ROW_PX * L + 16, margin=dict(l=44, r=78, t=8, b=8))
+hm = fig.data[0]
+hm.colorbar.update(lenmode="pixels", len=min(260, ROW_PX * L), thickness=12, x=1.0, xanchor="left", xpad=6,
+                   y=1.0, yanchor="top", title=dict(side="right", font=dict(size=11)))
+if colorbar:  # the log scale's ticks in the values themselves: 1e-4 x max ... max
+    hm.colorbar.update(tickvals=[0, 1, 2, 3, 4], ticktext=[f"{floor * 10 ** k:.1g}" for k in range(5)])
+fig = ui.big(fig)
+fig.layout.yaxis.automargin = False  # the header row below is laid out on these exact margins
+
+
+def header_row(fig, C: int, n: int, g: int, names: list) -> str:
+    """HTML: the column names over the grid's columns (the figure's margins, n cells a map, g between),
+    sticky at the top of the window while the page scrolls."""
+    import html
+
+    m = fig.layout.margin
+    tracks = " ".join([f"{n}fr {g}fr"] * (C - 1) + [f"{n}fr"])
+    size = figures.PRESENT_FONT if ui.present() else 13
+    cells = "".join(f"<div style='grid-column:{2 * c + 1};text-align:center;line-height:1.1;overflow:hidden'>"
+                    f"{html.escape(t)}</div>" for c, t in enumerate(names))
+    return ("<style>.st-key-heads_grid > div:first-child {position: sticky; top: 3.75rem; z-index: 20; "
+            "background: white; border-bottom: 1px solid #eee;}</style>"
+            f"<div class='heads-header' style='display:grid;grid-template-columns:{tracks};padding:2px {m.r}px 2px "
+            f"{m.l}px;font-size:{size}px;color:#31333f'>{cells}</div>")
+
+
+meta = fig.data[0].meta
+names = [f"head {h + 1}" if H < 10 else f"h{h + 1}" for h in range(H)] + [METHODS[method].layer_map if H < 10 else "layer"]
 
 
 def _open(layer: int, head: int) -> None:
@@ -94,12 +105,14 @@ def _open(layer: int, head: int) -> None:
     st.session_state._goto_explore = True
 
 
-event = st.plotly_chart(ui.big(fig), theme=None, key="head_grid", on_select="rerun", selection_mode="points",
-                        config={"displayModeBar": False})
+with st.container(key="heads_grid"):
+    st.html(header_row(fig, meta["C"], meta["n"], meta["gap"], names))
+    event = st.plotly_chart(fig, theme=None, key="head_grid", on_select="rerun", selection_mode="points",
+                            config={"displayModeBar": False})
 points = event.selection.points if event and event.get("selection") else []
-if points:
-    meta = fig.data[points[0]["curve_number"]].meta
-    _open(int(meta[0]), int(meta[1]))
+if points:  # a click on the "open" overlay: one invisible square per map, customdata [layer, head]
+    opened = fig.data[1].customdata[points[0]["point_index"]] if "point_index" in points[0] else points[0]["customdata"]
+    _open(int(opened[0]), int(opened[1]))
 
 st.caption("Or pick a cell here:")
 c1, c2, c3 = st.columns([2, 2, 2])
