@@ -134,7 +134,7 @@ def main(out: str, report_path: str, n: int) -> None:
         med_out = out.parent / "mediation"
         mediation_study(lm, pairs[:MEDIATION_LOCAL], out_dir=med_out)
         notes = []
-        res = mediation_study(lm, pairs, out_dir=med_out, engine="ray", workers=2, threads=1, notes=notes)
+        res = mediation_study(lm, pairs, out_dir=med_out, engine="ray", workers=1, threads=1, notes=notes)
         rep["mediation"] = dict(out=str(med_out), n_pairs=res.n_pairs, resumed=res.resumed, skipped=res.skipped,
                                 notes=notes, keys=[r["key"] for r in res.records],
                                 seconds=time.monotonic() - t)
