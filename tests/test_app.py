@@ -1137,3 +1137,52 @@ def test_adversarial_one_slider_set_drives_the_point_text_and_bars(app_spec, lm)
         assert point["name"].startswith("at the attention") and arr(point["y"])[0] == pytest.approx(lowest, abs=1e-9)
         j = arr(point["x"])[0]
         assert f"JSD {j:.4f}" in shown and _jsd(bars["adversarial α′"], bars["original α"]) == pytest.approx(j, abs=2e-4)
+
+
+@pytest.mark.slow  # the SVG is drawn by kaleido (a headless Chromium): ~10 s
+def test_flow_graph_downloads_carry_sentence_model_target_prediction(app_spec, lm, monkeypatch):
+    """Every file the Flow graph page offers (PNG, SVG, HTML, JSON) names the sentence, the model, the
+    target and the prediction, and says what the grey and red lines mean; the JSON's edges are the
+    graph's weights ½·attention + ½·identity written out here; the chart's title carries the same."""
+    import html as _html
+
+    from streamlit.delta_generator import DeltaGenerator
+
+    got = {}
+    original = DeltaGenerator.download_button
+
+    def record(self, label, data, *args, **kwargs):
+        got[label] = data
+        return original(self, label, data, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaGenerator, "download_button", record)
+    at, ref = page_with_attention(app_spec, lm, "flow_graph")
+    text = at.session_state["text"]
+    assert {"Graph as PNG", "Graph as SVG", "Graph as HTML", "Graph as JSON"} <= set(got)
+    target = f"{ref.target}·{ref.tokens[ref.target]}"
+    word, p = ref.prediction[0]
+    probs = {attnviz.text.readable_token(w).strip(): q for w, q in ref.prediction}
+    js = json.loads(got["Graph as JSON"]())
+    about = js["about"]
+    assert about["sentence"] == text and about["model"] == app_spec and about["target"] == target
+    first = about["prediction"].split()[0]  # "are 0.610 — 277× is" or "are 0.610": its probability as computed here
+    if first in probs:
+        assert f"{first} {probs[first]:.3f}" in about["prediction"]
+    caption = " ".join(about["caption"])
+    assert text in caption and app_spec in caption and target in caption and about["prediction"] in caption
+    assert "Grey lines" in caption and "Red lines" in caption
+    A = ref.maps["attention"].layer
+    n = A.shape[-1]
+    for e in js["edges"][:: max(1, len(js["edges"]) // 50)]:
+        assert e["weight"] == pytest.approx(0.5 * A[e["layer"] - 1, e["from"], e["to"]] + 0.5 * (e["from"] == e["to"]), rel=1e-6)
+    assert len(js["edges"]) == A.shape[0] * n * n
+    page = got["Graph as HTML"]()
+    assert _html.escape(text) in page and "Grey lines" in page and "Red lines" in page and "Plotly" in page
+    svg = got["Graph as SVG"]().decode()
+    flat = _html.unescape(re.sub(r"<[^>]+>", " ", svg))
+    for piece in (app_spec, target, "Grey lines", "Red lines"):
+        assert piece in flat, piece
+    assert all(w in flat for w in text.split()[:4])  # the sentence, under the figure
+    title = chart(at, "graph")["layout"]["title"]["text"]
+    assert _html.escape(text) in title or text in title
+    assert app_spec in title and "prediction" in title

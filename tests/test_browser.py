@@ -242,14 +242,29 @@ def test_heads_click_opens_explore_and_script_text_is_text(server, browser, spec
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=600_000)
     time.sleep(0.5)
     page.screenshot(path=str(SHOTS / "04_heads.png"))
-    # click the cell of layer 2, head 3 (subplots in row-major order, H + 1 columns)
-    H = lm.n_heads
-    boxes = page.eval_on_selector_all(".st-key-head_grid .js-plotly-plot .nsewdrag",
-                                      "els => els.map(e => { const r = e.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })")
-    boxes = sorted(boxes, key=lambda r: (round(r[1]), r[0]))
-    x, y, w, h = boxes[1 * (H + 1) + 2]
-    page.mouse.move(x + w * 0.3, y + h * 0.3)
-    page.mouse.click(x + w * 0.3, y + h * 0.3)
+    # the head names stay in view while the grid scrolls (a sticky header row; a short window so it scrolls)
+    page.set_viewport_size({"width": 1500, "height": 500})
+    top0 = page.locator(".heads-header").bounding_box()["y"]
+    page.mouse.move(700, 300)
+    page.mouse.wheel(0, top0 + 300)
+    page.wait_for_function(f"() => document.querySelector('.heads-header').getBoundingClientRect().y < {top0} - 100",
+                           timeout=600_000)
+    time.sleep(0.5)
+    hdr = page.locator(".heads-header").bounding_box()
+    grid = page.locator(".st-key-head_grid").bounding_box()
+    assert 0 <= hdr["y"] < 100 and grid["y"] < hdr["y"], (hdr, grid)  # the grid went up under it
+    page.mouse.wheel(0, -(top0 + 300))
+    page.set_viewport_size({"width": 1500, "height": 1400})
+    time.sleep(0.5)
+    # click the map of layer 2, head 3: one heatmap, maps of n cells with `gap` blank cells between them
+    meta = chart_js(page, "head_grid", "g => g.data[0].meta")
+    n, g = meta["n"], meta["gap"]
+    area = page.locator(".st-key-head_grid .js-plotly-plot .nsewdrag").first.bounding_box()
+    cols, rows = meta["C"] * (n + g) - g, meta["L"] * (n + g) - g
+    x = area["x"] + area["width"] * (2 * (n + g) + n / 2) / cols
+    y = area["y"] + area["height"] * (1 * (n + g) + n / 2) / rows
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
     maps_title_has(page, "layer 2 · head 3")
     wait_idle(page)  # the rerun the click started has finished: the chart read next is the final one
     ref = attnviz.analyze(lm, text, methods=["attention"])
@@ -614,41 +629,18 @@ def test_adversarial_demo(server, browser, spec):
     assert page.get_by_role("slider").first.get_attribute("aria-valuenow") == before
     href = page.evaluate("location.href")
     assert all(k in href for k in ("adv_jsd=", "adv_head=2", "adv_steps=40", "adv_layer=6"))
-    # the chart's own slider: the red marker moves while the handle is dragged (before the mouse is released)
-    from playwright.sync_api import Error as PlaywrightError
-
-    g = ".st-key-adv_frontier_chart .js-plotly-plot"
-    for attempt in range(5):  # Streamlit may redraw the chart once more after a run (a new element each time)
-        wait_idle(page)
-        try:
-            x0 = chart_js(page, "adv_frontier_chart",
-                          "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
-            page.locator(f"{g} .slider-rail-rect").first.scroll_into_view_if_needed(timeout=5_000)
-            h = page.locator(f"{g} .slider-grip-rect").first.bounding_box()  # the first slider: attention change
-            rail = page.locator(f"{g} .slider-rail-rect").first.bounding_box()
-            # read in the same attempt: a redraw between the two reads leaves a chart without its layout yet
-            shape0 = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
-        except PlaywrightError:
-            h = rail = None
-        if h is not None and rail is not None:
-            break
-    assert h is not None and rail is not None, "the chart's slider never stayed on the page"
-    y = rail["y"] + rail["height"] / 2
-    # drag towards the low end: every frontier starts at JSD 0, so a smaller attention-change target
-    # always has its own point (a larger one may lie beyond the frontier's reach for a short search)
-    page.mouse.move(h["x"] + h["width"] / 2, y)
-    page.mouse.down()
-    page.mouse.move(rail["x"] + rail["width"] * 0.02, y, steps=8)
-    # plotly.js applies each slider step's data and layout; on a loaded machine the two reads can land
-    # between steps (seen once in CI: the point had moved, the target line not yet), so poll up to 5 s
-    for _ in range(25):
-        time.sleep(0.2)
-        x_drag = chart_js(page, "adv_frontier_chart", "g => g.data.find(d => d.name.startsWith('at the attention')).x[0]")
-        shape = chart_js(page, "adv_frontier_chart", "g => g.layout.shapes[0].x0")
-        if shape < shape0 and x_drag != x0:
-            break
-    page.mouse.up()
-    assert shape < shape0 and x_drag != x0, (shape0, shape, x0, x_drag)
+    # one slider set: the chart has no sliders of its own; the page's ε slider moves the chart's filled
+    # point and the "Shown below" line together (to the largest JSD among the points with TVD <= ε)
+    assert page.locator(".st-key-adv_frontier_chart .slider-rail-rect").count() == 0
+    eps = page.get_by_role("slider").nth(1)
+    eps.focus()
+    eps.press("End")  # ε = 0.5: the point furthest along
+    page.wait_for_function("() => location.search.includes('adv_eps=0.5')", timeout=600_000)
+    wait_idle(page)
+    got = chart_js(page, "adv_frontier_chart", "g => ({pts: g.data[0], shown: g.data.find(d => d.name.endsWith('(shown below)'))})")
+    best = max(j for j, t in zip(arr(got["pts"]["x"]), arr(got["pts"]["y"])) if t <= 0.5)
+    assert got["shown"]["name"].startswith("within") and arr(got["shown"]["x"])[0] == pytest.approx(best, abs=1e-9)
+    assert page.get_by_text(re.compile(rf"Shown below.*JSD {best:.4f}")).count() == 1
     page.screenshot(path=str(SHOTS / "13_adversarial.png"))
     page.close()
 

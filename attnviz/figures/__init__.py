@@ -15,7 +15,7 @@ attnviz.text. The builders are re-exported here: `from attnviz import figures; f
 """
 from .bars import prediction_bars, row_bars
 from .faithfulness import importance_figure, study_figure
-from .graph import MAX_GRAPH_TOKENS, attention_graph, graph_figure, graph_methods
+from .graph import MAX_GRAPH_TOKENS, attention_graph, graph_figure, graph_marks, graph_methods, graph_to_dict
 from .heads import GRID_MAX_TOKENS, block_labels, block_pool, grid_cells, grid_gap, head_grid
 from .lineview import HEAD_COLOURS, head_colour, line_view_height, line_view_html
 from .maps import (LONG_MAP_PX, MAX_CELL_TEXT, MIN_WIDTH, PRESENT_FONT, PRESENT_WIDTH, TICK_PX, Sizes, View,
@@ -24,7 +24,7 @@ from .maps import (LONG_MAP_PX, MAX_CELL_TEXT, MIN_WIDTH, PRESENT_FONT, PRESENT_
 from .style import FONT, HIGHLIGHT, SEQ_COLORS, enlarge, layer_axis
 
 __all__ = ["prediction_bars", "row_bars", "importance_figure", "study_figure", "MAX_GRAPH_TOKENS",
-           "attention_graph", "graph_figure", "graph_methods", "GRID_MAX_TOKENS", "block_labels", "block_pool", "grid_cells", "grid_gap", "head_grid",
+           "attention_graph", "graph_figure", "graph_marks", "graph_methods", "graph_to_dict", "GRID_MAX_TOKENS", "block_labels", "block_pool", "grid_cells", "grid_gap", "head_grid",
            "line_view_html", "line_view_height", "HEAD_COLOURS", "head_colour", "LONG_MAP_PX", "MAX_CELL_TEXT", "MIN_WIDTH", "PRESENT_FONT", "PRESENT_WIDTH", "TICK_PX",
            "Sizes", "sizes", "View", "auto_columns",
            "heatmap", "heatmaps", "make_view", "panel_min_px", "ratio_heatmap", "row_label_every", "row_ticks",

@@ -132,3 +132,27 @@ def graph_figure(G, threshold: float = 0.05, title: str = "") -> go.Figure:
     fig.update_layout(height=110 * top + 220, title=title or None, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=top_margin + (40 if title else 0), b=10), hovermode="closest")
     return style(fig)
+
+
+def graph_marks(G, threshold: float, method_label: str) -> list:
+    """What the marks of graph_figure(G, threshold) mean, in plain lines (for an exported figure's caption)."""
+    lines = ["Dots: the tokens at each layer (input at the bottom). Grey lines: an edge from a token to a token one "
+             "layer below, width ∝ its weight ½·attention + ½·identity (the residual); edges under "
+             f"{threshold:g} are not drawn."]
+    if G.graph.get("output") is not None:
+        lines.append(f"Red lines: the share of the red output token's {method_label} mass "
+                     f"({G.graph.get('total', 0):.4f} in all) that travels along each edge, width ∝ share; "
+                     f"shares under {threshold:g} of the total are not drawn.")
+    return lines
+
+
+def graph_to_dict(G, about: Optional[dict] = None) -> dict:
+    """DiGraph from attention_graph -> a JSON-ready dict: {"about": about, "method", "top", "output",
+    "source", "total", "nodes": [{"layer", "position", "label"}], "edges": [{"layer" (of the upper
+    token), "from" (its position), "to" (the position one layer below), "weight", "through"}]}."""
+    g = G.graph
+    return {"about": dict(about or {}), "method": g.get("method"), "top": g.get("top"), "output": g.get("output"),
+            "source": g.get("source"), "total": g.get("total"),
+            "nodes": [{"layer": l, "position": i, "label": d["label"]} for (l, i), d in G.nodes(data=True)],
+            "edges": [{"layer": l, "from": i, "to": j, "weight": d["weight"], "through": d["through"]}
+                      for (l, i), (_, j), d in G.edges(data=True)]}

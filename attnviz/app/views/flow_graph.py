@@ -1,6 +1,9 @@
 """Flow graph: the layered attention graph (tokens x layers), with the paths feeding one output token."""
 from __future__ import annotations
 
+import html
+import json
+
 import streamlit as st
 
 from attnviz import figures
@@ -55,7 +58,22 @@ c5.slider("Hide edges below", 0.0, 0.5, step=0.01, key="graph_threshold", persis
 G = figures.attention_graph(a.maps["attention"].layer, a.tokens, method=ss.graph_method, output=ss.graph_output,
                           source=None if ss.graph_source == ui.AUTO else ss.graph_source, top=ss.graph_top)
 src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
-fig = figures.graph_figure(G, threshold=ss.graph_threshold)
+# what the figure is of, in the figure itself (its title: the chart's own image download keeps it) and
+# under every downloaded file (a caption): the sentence, model, target and prediction, what its marks mean
+line = ui.prediction_line(a)
+sentence = ui.text()
+short = sentence if len(sentence) <= 90 else sentence[:87] + "…"
+method_label = graphs[ss.graph_method].label
+title = (f"{method_label}: from {labels[ss.graph_output]} (layer {ss.graph_top}) down to {src}"
+         f"<br>“{html.escape(short)}” · {html.escape(ui.spec())}" + (f" · prediction {html.escape(line)}" if line else ""))
+fig = figures.graph_figure(G, threshold=ss.graph_threshold, title=title)
+fig.update_layout(title=dict(x=0.01, xref="container", xanchor="left", font=dict(size=14)),  # clear of the toolbar
+                  margin_t=fig.layout.margin.t + 24)
+text_of = html.unescape  # the labels are escaped for plotly; the captions are plain text
+about = [f"Sentence: {sentence}",
+         f"Model: {ui.spec()} · target: {text_of(labels[a.target])}" + (f" · prediction: {line}" if line else ""),
+         f"Highlighted: {method_label} from the output token {text_of(labels[ss.graph_output])} at layer "
+         f"{ss.graph_top} to {text_of(src)}."] + figures.graph_marks(G, ss.graph_threshold, method_label)
 st.plotly_chart(ui.big(fig), theme=None, key="graph", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_graph"}})
 total = G.graph["total"]
 st.caption(graphs[ss.graph_method].caption.format(output=ui.plain(labels[ss.graph_output]), top=ss.graph_top,
@@ -74,7 +92,24 @@ if ss.graph_source == ui.AUTO and total > 0:  # where the highlighted mass ends:
                    + ("pick" if why else "Pick") + " another input token at the bottom to see only the paths to it.")
 with st.expander("Download", icon=":material/download:", key="graph_download"):
     from attnviz import export
-    st.download_button("Graph as PNG", lambda: export.figure_bytes(fig, "png"), file_name="attnviz_graph.png",
+
+    def graph_html() -> str:  # the interactive figure with the caption under it, one file
+        body = fig.to_html(full_html=False, include_plotlyjs=True)
+        notes = "".join(f"<p style='margin:2px 0'>{html.escape(x)}</p>" for x in about)
+        return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnviz flow graph</title></head>"
+                f"<body style='font-family:sans-serif'>{body}<div style='color:#333;font-size:14px'>{notes}</div>"
+                "</body></html>")
+
+    d1, d2, d3, d4 = st.columns(4)
+    d1.download_button("Graph as PNG", lambda: export.figure_bytes(fig, "png", caption=about), file_name="attnviz_graph.png",
                        mime="image/png", on_click="ignore", key="dl_graph_png")
-    st.download_button("Graph as SVG", lambda: export.figure_bytes(fig, "svg"), file_name="attnviz_graph.svg",
+    d2.download_button("Graph as SVG", lambda: export.figure_bytes(fig, "svg", caption=about), file_name="attnviz_graph.svg",
                        mime="image/svg+xml", on_click="ignore", key="dl_graph_svg")
+    d3.download_button("Graph as HTML", graph_html, file_name="attnviz_graph.html", mime="text/html",
+                       on_click="ignore", key="dl_graph_html")
+    d4.download_button("Graph as JSON", lambda: json.dumps(figures.graph_to_dict(
+        G, {"sentence": sentence, "model": ui.spec(), "target": text_of(labels[a.target]), "prediction": line,
+            "caption": about}), ensure_ascii=False), file_name="attnviz_graph.json", mime="application/json",
+                       on_click="ignore", key="dl_graph_json")
+    st.caption("Each file carries the sentence, the model, the target and the prediction, and says what its marks "
+               "mean; the JSON holds every node and edge (weight, and the highlighted mass through it).")
