@@ -197,8 +197,14 @@ def test_evaluate_and_choices_score_a_split_word_by_the_same_rule(bpe):
     ((words, probs),) = choices_at(trace(lm, enc), groups=(SPLIT,), notes=notes)
     assert words == SPLIT and probs == pytest.approx((np.exp(la), np.exp(lw)), rel=1e-7)
     assert len(notes) == 2 and "product of its pieces' probabilities" in notes[0]
+    # analyze: the app's contrast groups (CHOICES); this tokenizer never saw "was" / "were": both split
     a = attnviz.analyze(lm, item["text"], methods=["attention"])
-    assert all(len(w) == len(pr) for w, pr in a.choices)
+    got = dict(a.choices)
+    assert contrast_word(lm, "were").multi and ("is", "are") in got and ("was", "were") in got
+    with torch.no_grad():
+        want = [float(_plain_logp(lm.model, emb(enc.ids), bpe, w, emb)[0].exp()) for w in ("was", "were")]
+    assert got[("was", "were")] == pytest.approx(want, rel=1e-7)
+    assert any("p('were') is the product of its pieces' probabilities" in n for n in a.notes if n)
 
 
 def test_masked_lm_refuses_a_split_word_with_its_pieces_and_the_rule(tokenizer):
