@@ -334,8 +334,9 @@ def explore(fr, jw):
     which = (f"the lowest TVD at JSD ≥ {x_target:.2f}" if ss.adv_follow == "jsd"
              else f"the largest JSD at TVD ≤ {eps:g}")
     st.markdown(f"**Shown below** ({ui.plain(which)}; move a slider to switch): JSD {fr.jsd[i]:.4f}, "
-                f"TVD {fr.tvd[i]:.5f}" + ("" if i == 0 else f", found at λ = {fr.lam[i]:.3g}, restart "
-                                                            f"{int(fr.restart[i]) + 1}, step {int(fr.step[i])}."))
+                f"TVD {fr.tvd[i]:.5f}" + (" (the model's own attention)." if i == 0 else
+                                                f" (found by the search: λ = {fr.lam[i]:.3g}, restart "
+                                                f"{int(fr.restart[i]) + 1}, step {int(fr.step[i])})."))
     st.plotly_chart(theme=ui.theme(), figure_or_data=ui.big(attention_figure(fr, i)), key="adv_attention_chart")
     p1, p2 = st.columns(2)
     extra0, extra1, pieces_note = contrast_bars(fr, i)
