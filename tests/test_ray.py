@@ -125,7 +125,7 @@ def test_mediation_study_on_the_cluster_equals_the_local_engine(cluster_run):
     pairs = shipped_pairs("agreement", 6)
     assert m["n_pairs"] == 6 and m["resumed"] == 2 and m["skipped"] == []
     assert m["keys"] == [pair_key(p) for p in pairs]  # in the pairs' order
-    assert any(n.startswith("ray: 1 worker on 1 node") and "batches of 1 pair" in n for n in m["notes"]), m["notes"]
+    assert "ray: 1 worker on 1 node (connected cluster), batches of 1 pair" in m["notes"], m["notes"]
     recs = _records(Path(m["out"]) / "records.jsonl")
     assert sorted(r["key"] for r in recs) == sorted(m["keys"])  # each pair once
     lm = attnviz.load_model("builtin:agreement")

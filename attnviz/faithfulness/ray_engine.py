@@ -284,8 +284,9 @@ def run_on_ray(lm, todo: list, settings: dict, finished: Callable[[list], None],
                     finished(recs)
         stats["nodes"] = len(stats["nodes"])
         stats["wall_s"] = time.perf_counter() - t_start
+        cluster = address or ("local instance" if started_here else "connected cluster")
         notes.append(f"ray: {workers} worker{'s' if workers > 1 else ''} on {stats['nodes']} "
-                     f"node{'s' if stats['nodes'] != 1 else ''} ({address or 'local instance'}), batches of "
+                     f"node{'s' if stats['nodes'] != 1 else ''} ({cluster}), batches of "
                      f"{batch_size} {unit}{'s' if batch_size > 1 else ''}"
                      + (f"; {stats['deaths']} worker death{'s' if stats['deaths'] > 1 else ''} ({last_death}): their "
                         "batches were sent again" if stats["deaths"] else ""))
