@@ -115,7 +115,7 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
            for c, t in enumerate(col_titles)] if column_titles else []
     ticks_y = [ys[l * (n + g) + mid] for l in range(L)]
     layout = dict(
-        xaxis=dict(type="category", showticklabels=False, showgrid=False, zeroline=False, fixedrange=True,
+        xaxis=dict(type="category", showticklabels=False, ticks="", showline=False, showgrid=False, zeroline=False, fixedrange=True,
                    range=[-0.5, W - 0.5]),
         # exact ranges: the click squares' size would otherwise pad autorange's
         yaxis=dict(type="category", range=[Z.shape[0] - 0.5, -0.5], showgrid=False, zeroline=False, fixedrange=True,

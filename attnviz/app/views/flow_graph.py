@@ -62,13 +62,13 @@ src = "all inputs" if ss.graph_source == ui.AUTO else labels[ss.graph_source]
 # under every downloaded file (a caption): the sentence, model, target and prediction, what its marks mean
 line = ui.prediction_line(a)
 sentence = ui.text()
-short = sentence if len(sentence) <= 90 else sentence[:87] + "…"
+short = sentence if len(sentence) <= 70 else sentence[:67] + "…"  # one line at 1024 px
 method_label = graphs[ss.graph_method].label
 title = (f"{method_label}: from {labels[ss.graph_output]} (layer {ss.graph_top}) down to {src}"
-         f"<br>“{html.escape(short)}” · {html.escape(ui.spec())}" + (f" · prediction {html.escape(line)}" if line else ""))
+         f"<br>“{html.escape(short)}”<br>{html.escape(ui.spec())}" + (f" · prediction {html.escape(line)}" if line else ""))
 fig = figures.graph_figure(G, threshold=ss.graph_threshold, title=title)
 fig.update_layout(title=dict(x=0.01, xref="container", xanchor="left", font=dict(size=14)),  # clear of the toolbar
-                  margin_t=fig.layout.margin.t + 24)
+                  margin_t=fig.layout.margin.t + 44)
 text_of = html.unescape  # the labels are escaped for plotly; the captions are plain text
 about = [f"Sentence: {sentence}",
          f"Model: {ui.spec()} · target: {text_of(labels[a.target])}" + (f" · prediction: {line}" if line else ""),
