@@ -227,7 +227,8 @@ def frontier_figure(fr, jw, i_jsd, i_eps, x_target, eps, log_y=False, follow="ep
     if log_y:
         pos = np.concatenate([fr.tvd[fr.tvd > 0], fr.perm_tvd[fr.perm_tvd > 0], [min(EPS_CHOICES)]])
         lo = max(1e-9, float(pos.min()) / 2) if pos.size else 1e-6
-        fig.update_yaxes(type="log", range=[math.log10(lo), 0.05], exponentformat="power")  # 10⁻⁴, not "100μ"
+        # 10⁻⁴, not "100μ"; a label a decade only (plotly writes the 2s and 5s between at 3/4 size)
+        fig.update_yaxes(type="log", range=[math.log10(lo), 0.05], exponentformat="power", dtick=1)
     fig.update_yaxes(title_text="TVD(ŷ′, ŷ): how far the output moved" + (" (log)" if log_y else ""))
     if not st.session_state.get("adv_legend_all"):  # four legend entries; the rest behind "All legend entries"
         named = [tr for tr in fig.data if tr.showlegend is not False]
