@@ -278,8 +278,20 @@ def test_every_page_runs_on_smollm2(smol, page):
     assert not at.error, [e.value for e in at.error]
     if page == "heads":
         import json
+        import numpy as np
+
+        from attnviz import figures
         data = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
-        assert len([d for d in data if d.get("type") == "heatmap"]) == 30 * 10  # 9 heads + the mean
+        hm = [d for d in data if d.get("type") == "heatmap"]  # one heatmap: 30 layers x (9 heads + the mean)
+        assert len(hm) == 1 and (hm[0]["meta"]["L"], hm[0]["meta"]["C"]) == (30, 10)
+        # log colours (on for a causal model): log10 of the value over 1/10,000 of the grid's largest
+        a = attnviz_analysis(smol, TEXT)
+        M = a.maps["attention"].heads[29, 8]
+        floor = max(a.maps["attention"].heads.max(), a.maps["attention"].layer.max()) * 1e-4
+        from conftest import plotly_array
+        z = plotly_array(hm[0]["z"])
+        np.testing.assert_allclose(figures.grid_cells(z, hm[0]["meta"], 30, 9),
+                                   np.log10(np.maximum(M, floor) / floor), rtol=1e-5, atol=1e-6)
     if page == "flow_graph":  # rollout from the target, a product written here: the first token's share is named
         import numpy as np
 
