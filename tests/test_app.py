@@ -1186,3 +1186,25 @@ def test_flow_graph_downloads_carry_sentence_model_target_prediction(app_spec, l
     title = chart(at, "graph")["layout"]["title"]["text"]
     assert _html.escape(text) in title or text in title
     assert app_spec in title and "prediction" in title
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_special_token_toggle_only_where_the_model_has_special_tokens(app_spec):
+    """Explore offers "Hide [CLS]/[SEP]" where the text's tokens include special ones (the built-in
+    model's [CLS] … [SEP]) and not on SmolLM2, whose tokens have none; the Heads page offers none."""
+    from conftest import open_app_page
+
+    smol = attnviz.load_model("pkg:smollm2")
+    enc = smol.tokenizer("the keys to the cabinet")
+    assert not set(enc["input_ids"]) & set(smol.tokenizer.all_special_ids)  # no special token in the text
+    at = open_app_page("explore", "pkg:smollm2", "the keys to the cabinet [MASK]")
+    no_exception(at)
+    assert "hide" not in [t.key for t in at.toggle]
+    at = open_app_page("heads", "pkg:smollm2", "the keys to the cabinet [MASK]")
+    no_exception(at)
+    assert "hide" not in [t.key for t in at.toggle]
+    at = open_app_page("explore", app_spec, SENT)
+    no_exception(at)
+    specials = attnviz.analyze(attnviz.load_model(app_spec), SENT, methods=["attention"]).special
+    assert ("hide" in [t.key for t in at.toggle]) == bool(any(specials))
