@@ -444,6 +444,8 @@ def cmd_study(args) -> int:
         print(f"note: {note}")
     for line in res.check_lines():
         print(f"baseline check: {line}")
+    if res.multi_token_line():
+        print(res.multi_token_line())
     for b in [b for b in ("blank_out", "grad_norm") if b in res.baselines] or res.baselines[:1]:
         print(f"\nmean Spearman (± std) vs {b}:\n{res.markdown(b)}")
     print("\nwritten: " + ", ".join(paths.values()))
