@@ -1208,3 +1208,15 @@ def test_special_token_toggle_only_where_the_model_has_special_tokens(app_spec):
     no_exception(at)
     specials = attnviz.analyze(attnviz.load_model(app_spec), SENT, methods=["attention"]).special
     assert ("hide" in [t.key for t in at.toggle]) == bool(any(specials))
+
+
+def test_explore_maps_offer_no_uncaptioned_image_export():
+    """The maps' toolbar has no camera (its PNG would carry only 'Layer 4 · head 2'); the captioned
+    exports are in the Download section."""
+    at = new_app("builtin:agreement").run()
+    no_exception(at)
+    c = [c for c in at.get("plotly_chart") if c.proto.id.endswith("-maps")]
+    assert c, "no maps chart"
+    config = json.loads(c[0].proto.config)
+    assert "toImage" in config.get("modeBarButtonsToRemove", [])
+    assert "Download" in [e.label for e in at.expander]

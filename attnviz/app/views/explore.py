@@ -297,7 +297,9 @@ def maps_panel():
                                                                kw.get("qk") is not None, font),
                                scrolling=True)
     else:
-        st.plotly_chart(fig, theme=None, key="maps", config={"toImageButtonOptions": {"format": "svg", "filename": "attnviz_maps"}})
+        # no camera in the chart's toolbar: its image would carry no sentence, model or prediction; the
+        # Download section's PNG / SVG / HTML add that caption
+        st.plotly_chart(fig, theme=None, key="maps", config={"modeBarButtonsToRemove": ["toImage"], "displaylogo": False})
     if present:
         with st.expander("Methods and display options", icon=":material/tune:", key="present_options"):
             methods_picker()
