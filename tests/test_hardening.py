@@ -1218,3 +1218,16 @@ def test_every_page_says_where_values_are_not_finite(nan_beyond_probe_folder, pa
     shown = " ".join([w.value for w in at.warning] + [c.value for c in at.caption]).replace("\\", "")
     assert "position_embeddings" in shown and "not finite" in shown, shown[:2000]
     assert "attention (layers 1-2)" in shown, shown[:2000]
+
+
+def test_a_model_wrapped_without_its_check_says_why_its_decompositions_are_off(make_tiny):
+    """check=False: no self-check ran, so the decompositions are off, and the analysis says so in words
+    (it used to add None to its notes)."""
+    import attnviz
+
+    lm = make_tiny("bert", seed=3, check=False)
+    assert not lm.decompositions_ok
+    a = attnviz.analyze(lm, "the keys [MASK] here .", methods=["attention", "attn_res_ln"])
+    assert None not in a.notes
+    assert any("check=False" in n for n in a.notes)
+    assert "attention" in a.maps and "attn_res_ln" not in a.maps

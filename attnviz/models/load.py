@@ -140,6 +140,9 @@ class LoadedModel:
         if self.check is not None and not self.check.ok:
             still = "" if "not finite" in (self.check.reason or "") else "; raw attention still works"
             return f"decompositions are disabled for this model: {self.check.reason}{still}"
+        if self.check is None:
+            return ("decompositions are disabled: the model was wrapped without its self-check (check=False), so "
+                    "nothing shows that the recomputed trace equals the model; raw attention still works")
         return None
 
     @property
