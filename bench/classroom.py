@@ -4,6 +4,7 @@
     python bench/classroom.py --models builtin:agreement --sessions 5
     python bench/classroom.py --root /tmp/old        # the app of another checkout (e.g. a git worktree)
     python bench/classroom.py --server-only 5        # the server's own CPU a session, no browser
+    python bench/classroom.py --no-render            # the browsers draw no chart: time to the figure received
 
 Per model: a fresh server (`streamlit run app.py` of --root, its results cache on disk switched off so
 that nothing of an earlier run is reused), one warm-up page on another sentence (the model loads), then
@@ -149,7 +150,11 @@ def cpu_seconds(procs) -> float:
     return total
 
 
-async def open_all(url: str, n: int, timeout_s: float) -> list:
+async def open_all(url: str, n: int, timeout_s: float, render: bool = True) -> list:
+    """N browser contexts open url at once -> per session the seconds to the first heatmap (or 'failed: ...').
+    render=False: the charts' code (Streamlit's PlotlyChart chunk) is not served, so no chart is drawn,
+    and a session's time is when the first heatmap's figure arrives over its websocket (what the server
+    delivers; each student's own machine then draws it)."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
@@ -160,10 +165,22 @@ async def open_all(url: str, n: int, timeout_s: float) -> list:
 
         async def one(page):
             t0 = time.time()
+            got = asyncio.get_running_loop().create_future()
+            if not render:
+                await page.route("**/PlotlyChart.*.js", lambda route: route.abort())
+
+                def frame(payload):
+                    data = payload if isinstance(payload, bytes) else payload.encode("utf-8", "replace")
+                    if b'"heatmap"' in data and not got.done():
+                        got.set_result(time.time() - t0)
+
+                page.on("websocket", lambda ws: ws.on("framereceived", frame))
             try:
                 await page.goto(url, timeout=timeout_s * 1000)
-                await page.wait_for_selector(FIRST_MAP, timeout=timeout_s * 1000)
-                return time.time() - t0
+                if render:
+                    await page.wait_for_selector(FIRST_MAP, timeout=timeout_s * 1000)
+                    return time.time() - t0
+                return await asyncio.wait_for(got, timeout_s)
             except Exception as e:  # noqa: BLE001 - a session that never drew its map is reported, not fatal
                 return f"failed: {type(e).__name__}"
 
@@ -179,7 +196,7 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def bench_model(root: Path, spec: str, n: int, timeout_s: float) -> dict:
+def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = True) -> dict:
     work = Path(tempfile.mkdtemp(prefix="classroom_"))
     count_log = work / "computed.jsonl"
     proc, base = start_server(root, count_log, work / "server.log")
@@ -191,11 +208,11 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float) -> dict:
         s_cpu0 = cpu_seconds(server)
         t0 = time.time()
         url = f"{base}/?model={quote(spec)}&text={quote(TEXT)}"
-        times = asyncio.run(open_all(url, n, timeout_s))
+        times = asyncio.run(open_all(url, n, timeout_s, render))
         wall = time.time() - t0
         s_cpu = cpu_seconds(server) - s_cpu0
         b_cpu = sum(sampler.browser_cpu.values())
-        late = asyncio.run(open_all(url, 1, timeout_s))[0]
+        late = asyncio.run(open_all(url, 1, timeout_s, render))[0]
         sampler.stop()
         counts = Counter()
         secs = Counter()
@@ -204,7 +221,7 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float) -> dict:
             counts[key] += 1
             secs[key] += s
         ok = [t for t in times if isinstance(t, float)]
-        return dict(spec=spec, root=str(root), sessions=n, warmup_s=warm, ok=len(ok),
+        return dict(spec=spec, root=str(root), sessions=n, render=render, warmup_s=warm, ok=len(ok),
                     failed=[t for t in times if not isinstance(t, float)],
                     p50_s=statistics.median(ok) if ok else None, p95_s=pct(ok, 0.95) if ok else None,
                     max_s=max(ok) if ok else None, late_tab_s=late, wall_s=wall,
@@ -270,6 +287,8 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default=str(ROOT), help="the checkout whose app.py to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="hang guard per session (s)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--no-render", action="store_true",
+                    help="the browsers draw no chart: time to the first heatmap's figure arriving over each session's websocket")
     ap.add_argument("--server-only", type=int, default=0, metavar="N",
                     help="no browsers: N sessions of the page script (AppTest) on cached results, CPU per session")
     args = ap.parse_args(argv)
@@ -287,9 +306,10 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(out, indent=1))
         return 0
     for spec in args.models.split(","):
-        r = bench_model(Path(args.root).resolve(), spec.strip(), args.sessions, args.timeout)
+        r = bench_model(Path(args.root).resolve(), spec.strip(), args.sessions, args.timeout, not args.no_render)
         out.append(r)
-        print(f"\n{r['spec']} ({r['root']}), {r['sessions']} sessions at once:")
+        print(f"\n{r['spec']} ({r['root']}), {r['sessions']} sessions at once"
+              + ("" if r["render"] else " (no chart drawn: time to the first heatmap's figure received)") + ":")
         print(f"  first heatmap: p50 {r['p50_s']:.1f} s, p95 {r['p95_s']:.1f} s, max {r['max_s']:.1f} s"
               f" ({r['ok']} drew it; failed: {r['failed'] or 'none'}); all done after {r['wall_s']:.1f} s")
         print(f"  a late tab once cached: {r['late_tab_s'] if isinstance(r['late_tab_s'], str) else round(r['late_tab_s'], 1)} s;"
