@@ -9,21 +9,19 @@ import numpy as np
 
 from .text import SEP, clean_token
 
-# (sentence A, sentence B) per preset; masked LMs and causal LMs (which read only the words before [MASK])
+# (sentence A, sentence B) per preset: pairs that differ in exactly one word, each sentence answered right
+# by the models they are offered for; masked LMs and causal LMs (which read only the words before [MASK])
 PAIRS = {
-    "Agreement: singular vs plural attractor": ("the key to the cabinet [MASK] on the table .",
-                                                "the key to the cabinets [MASK] on the table ."),
-    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] on the table .",
-                                              "the keys to the cabinets [MASK] on the table ."),
-    "Pronoun: queen vs king": ("the queen who met the boys talked to the king about [MASK] garden .",
-                               "the king who met the girls talked to the queen about [MASK] garden ."),
+    "Agreement: singular vs plural attractor": ("the key to the cabinet [MASK] red .", "the key to the cabinets [MASK] red ."),
+    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] red .", "the keys to the cabinets [MASK] red ."),
+    "Pronoun: woman vs man": ("the woman who met the boys lost [MASK] keys .", "the man who met the boys lost [MASK] keys ."),
 }
 CAUSAL_PAIRS = {
-    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] on the table .",
-                                              "the keys to the cabinet [MASK] on the table ."),
-    "Agreement: no attractor": ("the cat [MASK] sleeping on the sofa .", "the cats [MASK] sleeping on the sofa ."),
-    "Pronoun: his vs her": ("the boy who met the girls lost [MASK] keys .",
-                            "the girl who met the boys lost [MASK] keys ."),
+    "Agreement: singular vs plural subject": ("The key to the cabinets [MASK] on the table .",
+                                              "The keys to the cabinets [MASK] on the table ."),
+    "Agreement: no attractor": ("The cat [MASK] sleeping on the sofa .", "The cats [MASK] sleeping on the sofa ."),
+    "Pronoun: woman vs man": ("The woman who talked to the boys lost [MASK] phone .",
+                              "The man who talked to the boys lost [MASK] phone ."),
 }
 
 

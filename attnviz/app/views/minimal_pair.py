@@ -14,20 +14,7 @@ from attnviz.app import ui
 lm = ui.page("Minimal pair", "Two sentences that differ in one word — a singular or plural attractor, “his” or “her” — analysed "
              "with the same maps at the same layer and head. Sentence A's maps, then B's on the same colour "
              "scale, then the difference B − A (blue: more in B, red: more in A).")
-# pairs that differ in exactly one word, each sentence answered right by the model it is offered for
-PAIRS = {
-    "Agreement: singular vs plural attractor": ("the key to the cabinet [MASK] red .", "the key to the cabinets [MASK] red ."),
-    "Agreement: singular vs plural subject": ("the key to the cabinets [MASK] red .", "the keys to the cabinets [MASK] red ."),
-    "Pronoun: woman vs man": ("the woman who met the boys lost [MASK] keys .", "the man who met the boys lost [MASK] keys ."),
-}
-CAUSAL_PAIRS = {
-    "Agreement: singular vs plural subject": ("The key to the cabinets [MASK] on the table .",
-                                              "The keys to the cabinets [MASK] on the table ."),
-    "Agreement: no attractor": ("The cat [MASK] sleeping on the sofa .", "The cats [MASK] sleeping on the sofa ."),
-    "Pronoun: woman vs man": ("The woman who talked to the boys lost [MASK] phone .",
-                              "The man who talked to the boys lost [MASK] phone ."),
-}
-table = CAUSAL_PAIRS if lm.task == "causal_lm" else PAIRS
+table = P.CAUSAL_PAIRS if lm.task == "causal_lm" else P.PAIRS
 ss = st.session_state
 if not ss.get("methods"):  # the picker shows what is drawn (an empty box with maps drawn misled)
     ss.methods = list(ui.DEFAULT_METHODS)
