@@ -3,6 +3,7 @@ integrated gradients against a plain Riemann loop and completeness, rank correla
 and the resumable corpus study."""
 from __future__ import annotations
 
+import importlib
 import json
 import types
 
@@ -73,8 +74,12 @@ def test_gradients_match_finite_differences(tokenizer, contrast):
     assert np.isnan(imp.values["grad_norm"][enc.target]) and np.isnan(imp.values["grad_norm"][0])
 
 
-def test_hidden_target_jacobian_matches_finite_differences(tokenizer):
-    """Plain encoder: the cosine's gradient vanishes, so gradient norm = ||∂h_t/∂e_j||_F, input×grad = ||J_j e_j||."""
+@pytest.mark.parametrize("rows", [None, 5])
+def test_hidden_target_jacobian_matches_finite_differences(tokenizer, rows, monkeypatch):
+    """Plain encoder: the cosine's gradient vanishes, so gradient norm = ||∂h_t/∂e_j||_F, input×grad = ||J_j e_j||.
+    rows=5: the Jacobian's rows are taken 5 at a time from one forward graph (several backward batches)."""
+    if rows:
+        monkeypatch.setattr(importlib.import_module("attnviz.faithfulness.importance"), "_CHUNK", rows)
     lm = _double_model(tokenizer, "bert-base")
     enc = encode(lm, "a dog [MASK] here .")
     imp = F.importance(lm, enc, baselines=["grad_norm", "input_x_grad"])

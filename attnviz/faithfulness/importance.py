@@ -448,23 +448,27 @@ def gradient(lm, enc: Encoded, target: Target, ref_hidden=None) -> tuple:
 
 
 def jacobian_norms(lm, enc: Encoded, position: int) -> tuple:
-    """Plain encoders: J = ∂h_t/∂e ([d_out, n, d]) row by row in batches -> (||J_j||_F [n], ||J_j e_j|| [n])."""
+    """Plain encoders: J = ∂h_t/∂e ([d_out, n, d]) -> (||J_j||_F [n], ||J_j e_j|| [n]).
+
+    One forward pass; its graph is then differentiated for a batch of output rows at a time (vmapped
+    backward, `is_grads_batched`), so the forward is not repeated per batch of rows."""
     e = _embeddings(lm, enc)  # [1, n, d]
     n = e.shape[1]
-    with torch.no_grad():
-        d_out = _hidden(_forward(lm, embeds=e), position).shape[-1]
-    fro2 = torch.zeros(n, dtype=torch.float64, device=e.device)
-    jvp = torch.zeros(n, d_out, dtype=torch.float64, device=e.device)
-    for s in range(0, d_out, _CHUNK):
-        cs = torch.arange(s, min(d_out, s + _CHUNK), device=e.device)
-        with torch.enable_grad():
-            x = e.expand(len(cs), -1, -1).clone().requires_grad_(True)
-            h = _hidden(_forward(lm, embeds=x), position)  # [B, d_out]
-            sel = h[torch.arange(len(cs), device=h.device), cs].sum()
-            (g,) = torch.autograd.grad(sel, x)  # g[b] = J[cs[b]]  [B, n, d]
-        g = g.double()
-        fro2 += (g * g).sum((0, 2))
-        jvp[:, cs] = (g * e.double()).sum(-1).T
+    with torch.enable_grad():
+        x = e.clone().requires_grad_(True)
+        h = _hidden(_forward(lm, embeds=x), position)[0]  # [d_out]
+        d_out = h.shape[-1]
+        fro2 = torch.zeros(n, dtype=torch.float64, device=e.device)
+        jvp = torch.zeros(n, d_out, dtype=torch.float64, device=e.device)
+        for s in range(0, d_out, _CHUNK):
+            cs = torch.arange(s, min(d_out, s + _CHUNK), device=e.device)
+            rows = torch.zeros(len(cs), d_out, dtype=h.dtype, device=h.device)
+            rows[torch.arange(len(cs), device=h.device), cs] = 1
+            (g,) = torch.autograd.grad(h, x, grad_outputs=rows, is_grads_batched=True,
+                                       retain_graph=s + _CHUNK < d_out)  # g[b, 0] = J[cs[b]]  [B, 1, n, d]
+            g = g[:, 0].double()
+            fro2 += (g * g).sum((0, 2))
+            jvp[:, cs] = (g * e.double()).sum(-1).T
     return fro2.sqrt().cpu().numpy(), jvp.norm(dim=-1).cpu().numpy()
 
 
