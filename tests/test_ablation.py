@@ -22,7 +22,9 @@ def _o_proj(model, family: str, l: int):
     return model.model.layers[l].self_attn.o_proj
 
 
-def _hf_probs(lm, family, heads, mode, ids, target):
+def _hf_probs(lm, family, heads, mode, ids, target, rows=None, read=1):
+    """softmax of the hooked HF model's logits at the target (at rows target..target+read-1: [read, V]);
+    "mean" over the first `rows` positions (all when None)."""
     cfg = lm.model.config
     H = cfg.num_attention_heads
     dh = cfg.hidden_size // H
@@ -34,16 +36,17 @@ def _hf_probs(lm, family, heads, mode, ids, target):
             x = args[0].clone()
             for h in hs:
                 sl = x[..., h * dh:(h + 1) * dh]
-                x[..., h * dh:(h + 1) * dh] = 0.0 if mode == "zero" else sl.mean(dim=1, keepdim=True).expand_as(sl)
+                x[..., h * dh:(h + 1) * dh] = 0.0 if mode == "zero" else sl[:, :rows].mean(dim=1, keepdim=True).expand_as(sl)
             return (x,) + tuple(args[1:])
         hooks.append(_o_proj(lm.model, family, l).register_forward_pre_hook(pre))
     try:
         with torch.no_grad():
-            logits = lm.model(input_ids=ids).logits[0, target].double()
+            logits = lm.model(input_ids=ids).logits[0, target:target + read].double()
     finally:
         for k in hooks:
             k.remove()
-    return torch.softmax(logits, -1)
+    p = torch.softmax(logits, -1)
+    return p[0] if read == 1 else p
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
@@ -65,6 +68,38 @@ def test_knock_out_equals_a_hook_on_the_hf_output_projection(make_tiny, family, 
     y_ref = (p_ref[ids[0]] / p_ref[ids[1]]) / (p0[ids[0]] / p0[ids[1]]) - 1
     assert k.y_change == pytest.approx(float(y_ref), rel=1e-4, abs=1e-7)
     assert not torch.equal(p_ref, p0) and k.top_after != k.top_before  # the knock-out moved the output
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_knock_out_scores_words_of_several_tokens(make_tiny, family, mode):
+    """Causal LM, 'swims' (s·##wi·##ms) against 'walks' (walk·##s): p(word) = Π p(piece_i), each read on
+    the text up to the target with the pieces before it appended, under the same hooks ("mean": over
+    the text's positions up to the target)."""
+    from attnviz.trace import contrast_words, encode
+
+    lm = make_tiny(family)
+    text = "the keys to the cabinet [MASK]"
+    enc = encode(lm, text)
+    t = enc.target
+    heads = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 3)]
+    words = contrast_words(lm, ("swims", "walks"))
+    assert [len(w.ids) for w in words] == [3, 2]
+    k = knock_out(lm, text, heads, mode, contrast=("swims", "walks"))
+    ref = {}
+    for which, hs in (("before", []), ("after", heads)):
+        ps = []
+        for w in words:
+            ids = torch.cat([enc.ids[:, :t + 1], torch.tensor([list(w.ids[:-1])])], 1)
+            p = _hf_probs(lm, family, hs, mode, ids, t, rows=t + 1, read=len(w.ids))
+            ps.append(float(np.prod([float(p[i, pid]) for i, pid in enumerate(w.ids)])))
+        ref[which] = ps
+    np.testing.assert_allclose(k.p_before, ref["before"], rtol=1e-4)
+    np.testing.assert_allclose(k.p_after, ref["after"], rtol=1e-4)
+    y_ref = (ref["after"][0] / ref["after"][1]) / (ref["before"][0] / ref["before"][1]) - 1
+    assert k.y_change == pytest.approx(y_ref, rel=1e-4, abs=1e-7)
+    assert abs(y_ref) > 1e-3  # the knock-out moves y
+    assert any("several tokens" in n for n in k.notes)
 
 
 def test_builtin_agreement_knock_out_and_refusals():

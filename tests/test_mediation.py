@@ -115,8 +115,9 @@ def _z(lm, ids, target, cids):
     return float(logits[cids[0]] - logits[cids[1]])
 
 
-def _patched_z(lm, fam, ids, target, cids, kind, l, j, src, monkeypatch):
-    """z on ids with one mediator (kind, layer or row l, head or token j) set to its value in `src`."""
+def _patched_z(lm, fam, ids, target, cids, kind, l, j, src, monkeypatch, score=None):
+    """z on ids with one mediator (kind, layer or row l, head or token j) set to its value in `src`
+    (score(ids): another quantity of the patched run than z_c1 - z_c2 at the target)."""
     model = lm.model
     P = _parts(model, fam)
     hooks = []
@@ -161,7 +162,7 @@ def _patched_z(lm, fam, ids, target, cids, kind, l, j, src, monkeypatch):
 
         hooks.append(mod_.register_forward_hook(post))
     try:
-        return _z(lm, ids, target, cids)
+        return _z(lm, ids, target, cids) if score is None else score(ids)
     finally:
         for h in hooks:
             h.remove()
@@ -241,6 +242,74 @@ def test_direct_effects_match_hf_hooks(fam, tiny64, monkeypatch):
             for j in range(cols):
                 ref = math.exp(_patched_z(lm, fam, eb.ids, t, cids, kind, l, j, src, monkeypatch) - z_a)
                 assert 1 + m.nde[kind][l, j] == pytest.approx(ref, rel=RTOL64[fam]), (kind, l, j)
+
+
+def _appended(enc, word):
+    """ids of the text up to the target with the word's pieces but its last appended."""
+    return torch.cat([enc.ids[:, :enc.target + 1], torch.tensor([list(word.ids[:-1])], dtype=enc.ids.dtype)], 1)
+
+
+def _word_score(lm, ids, t, word):
+    """log p(word) = Σ_i log p(piece_i) at row t+i of the HF model's logits on ids."""
+    with torch.no_grad():
+        lp = torch.log_softmax(lm.model(input_ids=ids).logits[0].double(), -1)
+    return float(sum(lp[t + i, p] for i, p in enumerate(word.ids)))
+
+
+@pytest.mark.parametrize("fam", ("gpt2", "llama"))
+@pytest.mark.parametrize("contrast", [("swims", "walks"), ("are", "locks")])
+def test_words_of_several_tokens_match_hf_hooks(fam, contrast, tiny64, monkeypatch):
+    """Causal LM, contrast words of several tokens ('swims' = s·##wi·##ms, 'walks' = walk·##s; 'are' one
+    token beside 'locks' = lock·##s): y = p(c1)/p(c2) with p(word) the product of its pieces'
+    probabilities. TE and p against trace.word_logprobs; every NIE and two kinds' NDE against the hooked
+    HF model run on each word's text with its pieces appended (the mediator taken from B's run with the
+    same pieces), y combining the two words' runs."""
+    from attnviz.trace import contrast_words, encode, word_logprobs
+
+    lm = tiny64(fam)
+    words = contrast_words(lm, contrast)
+    assert any(w.multi for w in words)
+    m = mediate(lm, A, B, contrast, dtype=torch.float64, direct=("attention", "residual"))
+    assert any("several tokens" in note and "sum of the pieces' log-probabilities" in note for note in m.notes)
+    ea, eb = encode(lm, A), encode(lm, B)
+    t, tol = ea.target, RTOL64[fam]
+    la = word_logprobs(lm, ea.ids, t, words).numpy()
+    lb = word_logprobs(lm, eb.ids, t, words).numpy()
+    assert m.p_base == pytest.approx(tuple(np.exp(la)), rel=tol)
+    assert m.p_cf == pytest.approx(tuple(np.exp(lb)), rel=tol)
+    z_a, z_b = float(la[0] - la[1]), float(lb[0] - lb[1])
+    assert 1 + m.total_effect == pytest.approx(math.exp(z_b - z_a), rel=tol)
+    assert abs(m.total_effect) > 1e-3
+    rec_a = [_record(lm, fam, _appended(ea, w)) for w in words]
+    rec_b = [_record(lm, fam, _appended(eb, w)) for w in words]
+
+    def patched(run_enc, recs, kind, l, j):
+        return sum(sign * _patched_z(lm, fam, _appended(run_enc, w), t, None, kind, l, j, rec, monkeypatch,
+                                     score=lambda ids, w=w: _word_score(lm, ids, t, w))
+                   for sign, w, rec in zip((1, -1), words, recs))
+
+    L, H, n = m.n_layers, m.n_heads, len(ea.tokens)
+    assert n == t + 1  # a causal model reads the text up to the [MASK]
+    checked = moved = 0
+    for kind in KINDS:
+        rows = {"attention": L, "head_output": L, "residual": L + 1}.get(kind, L)
+        cols = H if kind in ("attention", "head_output") else n
+        assert m.nie[kind].shape == (rows, cols)
+        for l in range(rows):
+            for j in range(cols):
+                ref = math.exp(patched(ea, rec_b, kind, l, j) - z_a)
+                assert 1.0 + m.nie[kind][l, j] == pytest.approx(ref, rel=tol), (kind, l, j)
+                checked += 1
+                moved += abs(ref - 1) > 1e-6
+                if kind in m.nde:
+                    ref = math.exp(patched(eb, rec_a, kind, l, j) - z_a)
+                    assert 1.0 + m.nde[kind][l, j] == pytest.approx(ref, rel=tol), ("nde", kind, l, j)
+    assert moved > checked // 3
+
+
+def test_words_of_several_tokens_are_refused_on_a_masked_lm(tiny64):
+    with pytest.raises(InputError, match="one \\[MASK\\] holds one token"):
+        mediate(tiny64("bert"), A, B, ("swims", "walks"))
 
 
 # ------------------------------------------------------------------ identities
@@ -372,6 +441,36 @@ def test_smollm2_heads_against_hf_hooks(monkeypatch):
                 ref = math.exp(_patched_z(lm, "llama", ea.ids, t, cids, kind, l, h, src, monkeypatch) - z_a)
                 assert 1 + m.nie[kind][l, h] == pytest.approx(ref, rel=1e-5), (kind, l, h)
     np.testing.assert_allclose(1 + m32.nie_attention, 1 + m.nie_attention, rtol=1e-4)
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_smollm2_verb_of_several_tokens_against_hf_hooks(monkeypatch):
+    """SmolLM2, 'creeps' (Ġcre·eps) against 'creep' (one token): p, TE against
+    trace.word_logprobs and head NIEs of three layers against the hooked model on each word's appended
+    text, to 1e-4 relative on y (float32)."""
+    from attnviz.trace import contrast_words, encode, word_logprobs
+
+    lm = attnviz.load_model("pkg:smollm2")
+    a, b = "the dog near the cats [MASK]", "the dogs near the cats [MASK]"
+    contrast = ("creeps", "creep")
+    words = contrast_words(lm, contrast)
+    assert [len(w.ids) for w in words] == [2, 1], [w.pieces for w in words]  # Ġcre·eps, Ġcreep
+    m = mediate(lm, a, b, contrast, kinds=("attention",))
+    ea, eb = encode(lm, a), encode(lm, b)
+    t = ea.target
+    la = word_logprobs(lm, ea.ids, t, words).numpy()
+    lb = word_logprobs(lm, eb.ids, t, words).numpy()
+    assert m.p_base == pytest.approx(tuple(np.exp(la)), rel=1e-4)
+    z_a = float(la[0] - la[1])
+    assert 1 + m.total_effect == pytest.approx(math.exp(float(lb[0] - lb[1]) - z_a), rel=1e-4)
+    recs = [_record(lm, "llama", _appended(eb, w)) for w in words]
+    for l in (0, 15, 29):
+        for h in range(m.n_heads):
+            z = sum(sign * _patched_z(lm, "llama", _appended(ea, w), t, None, "attention", l, h, rec, monkeypatch,
+                                      score=lambda ids, w=w: _word_score(lm, ids, t, w))
+                    for sign, w, rec in zip((1, -1), words, recs))
+            assert 1 + m.nie_attention[l, h] == pytest.approx(math.exp(z - z_a), rel=1e-4), (l, h)
 
 
 # ------------------------------------------------------------------ minimal pairs from the shipped sets

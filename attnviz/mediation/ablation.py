@@ -29,8 +29,8 @@ from ..errors import InputError
 from ..models.check import hf_forward
 from ..models.forward import final_norm, layer_forward, rope_for
 from ..text import readable_token
-from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id, single_token_id
-from .core import _contrast_ids, _ctx, _from_ctx, check_model
+from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id
+from .core import _contrast_ids, _ctx, _extended, _from_ctx, _readers, check_model, several_tokens_note
 
 MODES = ("zero", "mean")
 
@@ -97,13 +97,14 @@ def _head_slices(heads, L: int, H: int) -> dict:
     return by_layer
 
 
-def _knocked(w, x, rope, heads: set, mode: str) -> torch.Tensor:
-    """One layer with the given heads' attention results replaced (zero or their mean over positions)."""
+def _knocked(w, x, rope, heads: set, mode: str, rows: Optional[int] = None) -> torch.Tensor:
+    """One layer with the given heads' attention results replaced (zero or their mean over positions;
+    rows: the mean over the first `rows` positions only, the text's before appended word pieces)."""
     ctx = _ctx(w, layer_forward(w, x, rope=rope))  # [B, n, H*dh], a new tensor
     dh = w.head_dim
     for h in heads:
         sl = ctx[..., h * dh:(h + 1) * dh]
-        sl.copy_(torch.zeros_like(sl) if mode == "zero" else sl.mean(1, keepdim=True).expand_as(sl))
+        sl.copy_(torch.zeros_like(sl) if mode == "zero" else sl[:, :rows].mean(1, keepdim=True).expand_as(sl))
     return _from_ctx(w, x, ctx)
 
 
@@ -112,9 +113,10 @@ def _check_mode(mode: str) -> None:
         raise InputError(f"knock-out mode {mode!r} is unknown: choose from {', '.join(MODES)}")
 
 
-def _logits(lm, enc, by_layer: dict, mode: str, dtype) -> tuple:
-    """The logits [V] at the target without and with the heads of by_layer knocked out: one run up to the
-    first knocked layer, then the plain and the knocked runs from there."""
+def _logits(lm, enc, by_layer: dict, mode: str, dtype, read: int = 1, rows: Optional[int] = None) -> tuple:
+    """The logits [V] at the target ([read, V] at the rows target .. target+read-1 when read > 1) without
+    and with the heads of by_layer knocked out: one run up to the first knocked layer, then the plain and
+    the knocked runs from there. rows: as _knocked's."""
     layers = lm.layers(dtype)
     x = hf_forward(lm, enc.ids).hidden_states[0].to(dtype)
     rope = rope_for(lm.arch, x)
@@ -125,12 +127,12 @@ def _logits(lm, enc, by_layer: dict, mode: str, dtype) -> tuple:
     for l in range(first, len(layers)):
         w = layers[l]
         plain = layer_forward(w, plain, rope=rope).resid_out
-        knocked = (_knocked(w, knocked, rope, by_layer[l], mode) if l in by_layer
+        knocked = (_knocked(w, knocked, rope, by_layer[l], mode, rows) if l in by_layer
                    else layer_forward(w, knocked, rope=rope).resid_out)
     t = enc.target
     hp = next(iter(lm.model.parameters()))
-    out = [lm.arch.head(final_norm(lm.arch, y[:, t:t + 1]).to(hp.dtype))[0, 0].double() for y in (plain, knocked)]
-    return out[0], out[1]
+    out = [lm.arch.head(final_norm(lm.arch, y[:, t:t + read]).to(hp.dtype))[0].double() for y in (plain, knocked)]
+    return (out[0][0], out[1][0]) if read == 1 else (out[0], out[1])
 
 
 def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: Optional[Sequence[str]] = None,
@@ -138,7 +140,11 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
               dtype: torch.dtype = torch.float32) -> KnockOut:
     """The prediction of `text` with the given heads knocked out (mode "zero" or "mean"), beside the
     plain prediction. Raises InputError (one line) for an unknown mode, a head outside the model, a
-    model without an output head or contrast words that are not one token each."""
+    model without an output head or contrast words that are not one token each on a masked LM.
+
+    A contrast word of several tokens on a causal LM is scored by trace.MULTI_TOKEN_RULE: p(word) is the
+    product of its pieces' probabilities, from a run of the text up to the target with the pieces
+    appended, knocked out the same way ("mean": the mean over the text's positions up to the target)."""
     _check_mode(mode)
     if lm.arch is None:
         raise InputError(f"knocking heads out needs the functional forward: {lm.disabled_reason}")
@@ -147,11 +153,12 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
     enc = encode(lm, text, max_tokens, target)
     layers = lm.layers(dtype)
     by_layer = _head_slices(heads, len(layers), layers[0].n_heads)
-    ids = None
+    ids = words = None
     if contrast is not None:
         if len(contrast) != 2:
             raise InputError("a contrast pair is two words")
-        ids = tuple(single_token_id(lm.tokenizer, c) for c in contrast)
+        pair, words = _readers(lm, contrast)
+        ids = pair.ids if pair is not None else None
     with torch.inference_mode():
         before, after = _logits(lm, enc, by_layer, mode, dtype)
 
@@ -173,6 +180,19 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
         zb = float(before[ids[0]] - before[ids[1]])
         za = float(after[ids[0]] - after[ids[1]])
         res.y_change = float(torch.expm1(torch.tensor(za - zb, dtype=torch.float64)))
+    if words is not None:
+        logp = []  # per word: (log p before, log p after)
+        with torch.inference_mode():
+            for w in words:
+                b, a = _logits(lm, _extended(enc, w), by_layer, mode, dtype, read=len(w.ids), rows=enc.target + 1)
+                rows = torch.arange(len(w.ids))
+                pid = torch.as_tensor(w.ids)
+                logp.append(tuple(float(torch.log_softmax(x.reshape(len(w.ids), -1).double(), -1)[rows, pid].sum())
+                                  for x in (b, a)))
+        res.p_before = (math.exp(logp[0][0]), math.exp(logp[1][0]))
+        res.p_after = (math.exp(logp[0][1]), math.exp(logp[1][1]))
+        res.y_change = math.expm1((logp[0][1] - logp[1][1]) - (logp[0][0] - logp[1][0]))
+        res.notes.append(several_tokens_note(words))
     return res
 
 

@@ -45,7 +45,7 @@ import torch
 from ..errors import InputError
 from ..models.check import hf_forward
 from ..models.forward import LayerState, after_attention, apply_norm, apply_rope, final_norm, layer_forward, rope_for
-from ..trace import Encoded, encode, single_token_id
+from ..trace import MULTI_TOKEN_RULE, Encoded, Word, contrast_words, encode, single_token_id
 
 KINDS = ("attention", "head_output", "residual", "attn_block", "ffn")
 HEAD_KINDS = ("attention", "head_output")
@@ -193,6 +193,34 @@ def heads_for_share(values: np.ndarray, total: float, share: float) -> Optional[
 # ----------------------------------------------------------------------------- the runs
 
 
+@dataclass(frozen=True)
+class _Reader:
+    """What y reads from the last layer's output, at the rows t .. t+k-1.
+
+    pair=True: ids = (c1, c2), one token each; the score is z_c1 - z_c2 at the target (k = 1).
+    pair=False: ids = one contrast word's pieces, appended after the target in the run that reads
+    them; the score is log p(word) = Σ_i log p(piece_i | text, pieces_<i) at rows t+i
+    (trace.MULTI_TOKEN_RULE for causal LMs), and y = exp(score of c1 - score of c2)."""
+
+    ids: tuple
+    pair: bool
+
+    @property
+    def k(self) -> int:
+        return 1 if self.pair else len(self.ids)
+
+    def __call__(self, lm, h: torch.Tensor) -> torch.Tensor:
+        """h [B, k, d]: the last layer's output at rows t..t+k-1 (before the final norm) -> score [B] (float64)."""
+        x = final_norm(lm.arch, h)
+        hp = next(iter(lm.model.parameters()))
+        logits = lm.arch.head(x.to(hp.dtype)).double()  # [B, k, V]
+        if self.pair:
+            return logits[:, 0, self.ids[0]] - logits[:, 0, self.ids[1]]
+        lp = torch.log_softmax(logits, -1)
+        rows = torch.arange(self.k, device=lp.device)
+        return lp[:, rows, torch.as_tensor(self.ids, device=lp.device)].sum(-1)
+
+
 @dataclass
 class _Run:
     """One text through the functional forward: per-layer states (batch dimension 1 kept)."""
@@ -200,8 +228,9 @@ class _Run:
     enc: Encoded
     states: list  # [LayerState] batched [1, ...]
     ctx: list  # per layer [1, n, H*dh]: softmax(q k^T) v per head, before the output projection
-    z: float  # logit(c1) - logit(c2) at the target
-    p: tuple  # (p(c1), p(c2))
+    z: float  # the reader's score: logit(c1) - logit(c2) at the target, or log p(word)
+    p: tuple  # (p(c1), p(c2)) for a pair reader, (p(word),) for a word reader
+    reader: _Reader
 
     def resid(self, row: int) -> torch.Tensor:
         """The hidden state after layer row-1 ([1, n, d]; row 0: embeddings, row L: last layer's output)."""
@@ -216,15 +245,7 @@ def _ctx(w, st: LayerState) -> torch.Tensor:
     return (st.probs @ v).transpose(1, 2).reshape(B, n, H * w.head_dim)
 
 
-def _logit_diff(lm, h: torch.Tensor, ids: tuple) -> torch.Tensor:
-    """h [B, d]: last layer's output at the target (before the final norm) -> z_c1 - z_c2 [B] (float64)."""
-    x = final_norm(lm.arch, h.unsqueeze(1))
-    hp = next(iter(lm.model.parameters()))
-    logits = lm.arch.head(x.to(hp.dtype))[:, 0].double()
-    return logits[:, ids[0]] - logits[:, ids[1]]
-
-
-def _run(lm, enc: Encoded, layers: list, ids: tuple, dtype) -> _Run:
+def _run(lm, enc: Encoded, layers: list, reader: _Reader, dtype) -> _Run:
     out = hf_forward(lm, enc.ids)
     x = out.hidden_states[0].to(dtype)
     rope = rope_for(lm.arch, x)
@@ -235,12 +256,26 @@ def _run(lm, enc: Encoded, layers: list, ids: tuple, dtype) -> _Run:
         ctx.append(_ctx(w, st))
         x = st.resid_out
     t = enc.target
-    xf = final_norm(lm.arch, x[:, t:t + 1])
-    hp = next(iter(lm.model.parameters()))
-    logits = lm.arch.head(xf.to(hp.dtype))[0, 0].double()
-    logp = torch.log_softmax(logits, -1)
-    return _Run(enc, states, ctx, float(logits[ids[0]] - logits[ids[1]]),
-                (float(logp[ids[0]].exp()), float(logp[ids[1]].exp())))
+    if reader.pair:
+        ids = reader.ids
+        xf = final_norm(lm.arch, x[:, t:t + 1])
+        hp = next(iter(lm.model.parameters()))
+        logits = lm.arch.head(xf.to(hp.dtype))[0, 0].double()
+        logp = torch.log_softmax(logits, -1)
+        return _Run(enc, states, ctx, float(logits[ids[0]] - logits[ids[1]]),
+                    (float(logp[ids[0]].exp()), float(logp[ids[1]].exp())), reader)
+    score = float(reader(lm, x[:, t:t + reader.k])[0])
+    return _Run(enc, states, ctx, score, (math.exp(score),), reader)
+
+
+def _extended(enc: Encoded, word: Word) -> Encoded:
+    """The text up to the target with the word's pieces but its last appended after it (a causal model
+    reads piece i at row t+i)."""
+    t = enc.target
+    extra = torch.as_tensor(word.ids[:-1], dtype=enc.ids.dtype).reshape(1, -1)
+    return Encoded(ids=torch.cat([enc.ids[:, :t + 1], extra], 1), tokens=list(enc.tokens[:t + 1]) + list(word.pieces[:-1]),
+                   special=np.concatenate([np.asarray(enc.special[:t + 1]), np.zeros(len(word.ids) - 1, dtype=bool)]),
+                   target=t, text=enc.text, notes=list(enc.notes), after=enc.after, blank=enc.blank)
 
 
 # ----------------------------------------------------------------------------- layer pieces
@@ -324,7 +359,8 @@ def _plan(kind: str, base: _Run, src: _Run, L: int, H: int, n: int, t: int, caus
     output (the rest are skipped: effect 0; in a causal model that includes every position after the
     target). Entry e: the mediator's state is the input of layer e (e = L:
     already the last layer's output). s: the first position the patch can change (a causal model's
-    positions before it equal the cached run's; 0 otherwise)."""
+    positions before it equal the cached run's; 0 otherwise). n: the positions that are mediators (the
+    text's; a word reader's appended pieces after them are not)."""
     out = []
     if kind in HEAD_KINDS:
         dh = base.ctx[0].shape[-1] // H
@@ -359,14 +395,16 @@ def _plan(kind: str, base: _Run, src: _Run, L: int, H: int, n: int, t: int, caus
 
 def _entries(kind: str, idx: list, base: _Run, src: _Run, layers: list, t: int, rows: slice) -> torch.Tensor:
     """The patched states of mediators `idx` (all of one layer) at the positions `rows`: residual row r ->
-    the input of layer r (row L: the last layer's output at the target); the others -> the output of
-    their layer l. [B, |rows|, d]."""
+    the input of layer r (row L: the last layer's output at the rows read, the target's from src); the
+    others -> the output of their layer l. [B, |rows|, d]."""
     B = len(idx)
     o = rows.start
     if kind == "residual":
         r = idx[0][0]
         if r == len(layers):
-            return src.resid(r)[:, t:t + 1].expand(B, -1, -1).clone()
+            x = base.resid(r)[:, rows].expand(B, -1, -1).clone()
+            x[:, t - o] = src.resid(r)[0, t]
+            return x
         x = base.resid(r)[:, rows].expand(B, -1, -1).clone()
         for b, (_, j) in enumerate(idx):
             x[b, j - o] = src.resid(r)[0, j]
@@ -398,12 +436,14 @@ def _entries(kind: str, idx: list, base: _Run, src: _Run, layers: list, t: int, 
     return _from_ffn_out(w, st, F, rows)
 
 
-def _wavefront(lm, kind: str, plan: list, base: _Run, src: _Run, layers: list, ids: tuple, max_rows: int,
+def _wavefront(lm, kind: str, plan: list, base: _Run, src: _Run, layers: list, max_rows: int,
                counter: dict) -> np.ndarray:
-    """z_c1 - z_c2 [len(plan)] for the planned mediators (plan sorted by window start, then entry layer):
-    the mediators of one window start go up together, in chunks of at most max_rows token rows, each
-    chunk one pass from its lowest entry layer to the top over the positions s..hi-1 (hi: the target + 1
-    in a causal model, n otherwise)."""
+    """The base run's reader score [len(plan)] (z_c1 - z_c2, or log p(word)) for the planned mediators
+    (plan sorted by window start, then entry layer): the mediators of one window start go up together,
+    in chunks of at most max_rows token rows, each chunk one pass from its lowest entry layer to the top
+    over the positions s..hi-1 (hi: the last row read + 1 in a causal model, n otherwise)."""
+    reader = base.reader
+    nr = reader.k  # rows read at the top: t .. t+nr-1
     L = len(layers)
     n = base.states[0].resid_in.shape[1]
     t = base.enc.target
@@ -414,7 +454,7 @@ def _wavefront(lm, kind: str, plan: list, base: _Run, src: _Run, layers: list, i
     c0 = 0
     while c0 < len(plan):
         s = plan[c0][0] if plain else 0
-        hi = t + 1 if causal else n
+        hi = t + nr if causal else n
         m = hi - s
         per = max(1, max_rows // m)
         chunk = []
@@ -429,22 +469,22 @@ def _wavefront(lm, kind: str, plan: list, base: _Run, src: _Run, layers: list, i
         for e in range(min(by_entry), L + 1):
             if e in by_entry:
                 ix = by_entry[e]
-                # the head and token kinds entering at e were patched inside layer e-1: at the top only
-                # the target row is needed
-                top = kind != "residual" and e == L
-                new = _entries(kind, ix, base, src, layers, t, slice(t, t + 1) if top else win)
+                # entering at e = L (the head and token kinds patched inside the last layer, the
+                # residual's row L): only the rows read at the top are needed
+                top = e == L
+                new = _entries(kind, ix, base, src, layers, t, slice(t, t + nr) if top else win)
                 if kind != "residual":
-                    counter["layer_passes"] += len(ix) * (1 if top else m) / n
+                    counter["layer_passes"] += len(ix) * (nr if top else m) / n
                 x = new if x is None else torch.cat([x, new], 0)
                 done.extend(ix)
             if e == L:
                 break
             if x is None:
                 continue
-            q = slice(t - s, t - s + 1) if e == L - 1 else slice(None)
+            q = slice(t - s, t - s + nr) if e == L - 1 else slice(None)
             x = _layer_window(layers[e], x, s, base.states[e], rope, q, plain)
-            counter["layer_passes"] += x.shape[0] * (1 if e == L - 1 else m) / n
-        zz = _logit_diff(lm, x[:, 0], ids).cpu().numpy()
+            counter["layer_passes"] += x.shape[0] * (nr if e == L - 1 else m) / n
+        zz = reader(lm, x[:, :nr]).cpu().numpy()
         pos = {ix: i for i, ix in enumerate(done)}
         for k, (_, _, ix) in enumerate(chunk):
             z[c0 + k] = zz[pos[ix]]
@@ -456,19 +496,28 @@ def _shape(kind: str, L: int, H: int, n: int) -> tuple:
     return {"attention": (L, H), "head_output": (L, H), "residual": (L + 1, n)}.get(kind, (L, n))
 
 
-def _effects(lm, kind, base: _Run, src: _Run, ref_z: float, layers, ids, max_rows, counter) -> tuple:
-    """(effects [shape], skipped mask [shape]) of one kind: expm1(z_intervened - ref_z), `base` the run
-    being patched, `src` the run the mediator's value comes from."""
+def _effects(lm, kind, runs: list, ref_z: float, layers, n: int, max_rows, counter) -> tuple:
+    """(effects [shape], skipped mask [shape]) of one kind: expm1(z_intervened - ref_z), z = Σ sign ×
+    score over runs = [(sign, base, src)]: `base` the run being patched, `src` the run the mediator's
+    value comes from (one pair run, or one run per contrast word of several tokens, c1's +1 and c2's -1).
+    n: the text's positions (the maps' columns)."""
     L, H = len(layers), layers[0].n_heads
-    n, t = base.states[0].resid_in.shape[1], base.enc.target
-    rope = rope_for(lm.arch, base.states[0].resid_in)
+    first = runs[0][1]
+    t = first.enc.target
+    rope = rope_for(lm.arch, first.states[0].resid_in)
     causal = lm.arch.causal and _plain(lm, rope)
-    plan = sorted(_plan(kind, base, src, L, H, n, t, causal), key=lambda p: (p[0], p[1]))
+    cols = n if first.reader.pair else t + 1
+    planned: dict = {}
+    for _, base, src in runs:
+        for p in _plan(kind, base, src, L, H, cols, t, causal):
+            planned.setdefault(p[2], p)
+    plan = sorted(planned.values(), key=lambda p: (p[0], p[1]))
     shape = _shape(kind, L, H, n)
-    eff = np.full(shape, math.expm1(base.z - ref_z))  # not patched: the run's own y (NIE 0, NDE the TE)
+    z0 = sum(sign * base.z for sign, base, _ in runs)
+    eff = np.full(shape, math.expm1(z0 - ref_z))  # not patched: the run's own y (NIE 0, NDE the TE)
     skipped = np.ones(shape, dtype=bool)
     if plan:
-        z = _wavefront(lm, kind, plan, base, src, layers, ids, max_rows, counter)
+        z = sum(sign * _wavefront(lm, kind, plan, base, src, layers, max_rows, counter) for sign, base, src in runs)
         for (_, _, ix), zi in zip(plan, z):
             eff[ix] = math.expm1(zi - ref_z)
             skipped[ix] = False
@@ -484,6 +533,27 @@ def _contrast_ids(lm, contrast) -> tuple:
     if ids[0] == ids[1]:
         raise InputError(f"the contrast words '{contrast[0]}' and '{contrast[1]}' are the same token")
     return ids
+
+
+def several_tokens_note(words: Sequence[Word]) -> str:
+    """The one-line note for contrast words of which some are several tokens."""
+    split = [w.shown() for w in words if w.multi]
+    return (f"{' and '.join(split)} {'is' if len(split) == 1 else 'are'} several tokens: p(word) is the product of "
+            f"its pieces' probabilities, each read after the pieces before it ({MULTI_TOKEN_RULE['causal_lm']})")
+
+
+def _readers(lm, contrast) -> tuple:
+    """(pair reader, None) when both contrast words are one token each; on a causal LM with a word of
+    several tokens, (None, (c1's Word, c2's Word)) scored by trace.MULTI_TOKEN_RULE; else InputError."""
+    try:
+        return _Reader(_contrast_ids(lm, contrast), True), None
+    except InputError:
+        if contrast is None or len(contrast) != 2:
+            raise
+        words = contrast_words(lm, contrast)  # a masked LM's word of several tokens: its one-line refusal
+        if lm.task != "causal_lm" or not any(w.multi for w in words):
+            raise
+    return None, words
 
 
 def check_model(lm) -> None:
@@ -523,8 +593,13 @@ def mediate(lm, base_text: str, counterfactual_text: str, contrast: Sequence[str
     each; the partial result has the finished kinds' maps (the head map first with the default order).
     Raising from it stops the work. dtype: float32 (default) or float64 for the whole computation.
     Raises InputError (one line) for texts that cannot be patched: different numbers of tokens or
-    target positions (when kinds is not empty), contrast words that are not one token each, a model
-    without an output head or whose self-check failed.
+    target positions (when kinds is not empty), contrast words that are not one token each on a masked
+    LM, a model without an output head or whose self-check failed.
+
+    A contrast word of several tokens on a causal LM is scored by trace.MULTI_TOKEN_RULE: p(word) is the
+    product of its pieces' probabilities, each piece read after the pieces before it appended to the
+    text up to the target. Each such word gets runs of its own (A and B with its pieces appended) and
+    y = p(c1)/p(c2) combines them; the mediators stay the text's positions (0..target).
     """
     t0 = time.perf_counter()
     check_model(lm)
@@ -535,7 +610,7 @@ def mediate(lm, base_text: str, counterfactual_text: str, contrast: Sequence[str
     missing = [k for k in direct if k not in kinds]
     if missing:
         kinds += missing
-    ids = _contrast_ids(lm, contrast)
+    pair, words = _readers(lm, contrast)
     if kinds:
         a, b, changed = align(lm, base_text, counterfactual_text, max_tokens, target)
     else:
@@ -545,14 +620,29 @@ def mediate(lm, base_text: str, counterfactual_text: str, contrast: Sequence[str
                    if len(a.tokens) == len(b.tokens) else [])
     layers = lm.layers(dtype)
     with torch.inference_mode():
-        A = _run(lm, a, layers, ids, dtype)
-        B = _run(lm, b, layers, ids, dtype)
-        res = Mediation(base_text=a.text, counterfactual_text=b.text, contrast=tuple(contrast), contrast_ids=ids,
+        if pair is not None:
+            A, B = _run(lm, a, layers, pair, dtype), _run(lm, b, layers, pair, dtype)
+            runs_a, runs_b = [(1, A, B)], [(1, B, A)]
+            za, zb, pa, pb, cids = A.z, B.z, A.p, B.p, pair.ids
+        else:
+            As, Bs = [], []
+            for w in words:
+                rd = _Reader(tuple(w.ids), False)
+                As.append(_run(lm, _extended(a, w), layers, rd, dtype))
+                Bs.append(_run(lm, _extended(b, w), layers, rd, dtype))
+            runs_a = [(1, As[0], Bs[0]), (-1, As[1], Bs[1])]
+            runs_b = [(1, Bs[0], As[0]), (-1, Bs[1], As[1])]
+            za, zb = As[0].z - As[1].z, Bs[0].z - Bs[1].z
+            pa, pb = (As[0].p[0], As[1].p[0]), (Bs[0].p[0], Bs[1].p[0])
+            cids = tuple(tuple(w.ids) for w in words)
+        res = Mediation(base_text=a.text, counterfactual_text=b.text, contrast=tuple(contrast), contrast_ids=cids,
                         target=a.target, tokens_base=list(a.tokens), tokens_cf=list(b.tokens), changed=changed,
-                        y_base=math.exp(A.z), y_cf=math.exp(B.z), p_base=A.p, p_cf=B.p,
-                        total_effect=math.expm1(B.z - A.z), n_layers=len(layers), n_heads=layers[0].n_heads)
+                        y_base=math.exp(za), y_cf=math.exp(zb), p_base=pa, p_cf=pb,
+                        total_effect=math.expm1(zb - za), n_layers=len(layers), n_heads=layers[0].n_heads)
         if a.notes:
             res.notes.extend(a.notes)
+        if words is not None:
+            res.notes.append(several_tokens_note(words))
         jobs = [(k, False) for k in kinds] + [(k, True) for k in direct]
         if progress is not None:
             progress(None, 0, len(jobs), res)
@@ -560,10 +650,10 @@ def mediate(lm, base_text: str, counterfactual_text: str, contrast: Sequence[str
             ts = time.perf_counter()
             counter = {"layer_passes": 0.0, "computed": 0, "skipped": 0}
             if is_direct:
-                eff, skip = _effects(lm, kind, B, A, A.z, layers, ids, max_batch_tokens, counter)
+                eff, skip = _effects(lm, kind, runs_b, za, layers, len(a.tokens), max_batch_tokens, counter)
                 res.nde[kind] = eff
             else:
-                eff, skip = _effects(lm, kind, A, B, A.z, layers, ids, max_batch_tokens, counter)
+                eff, skip = _effects(lm, kind, runs_a, za, layers, len(a.tokens), max_batch_tokens, counter)
                 res.nie[kind] = eff
                 res.skipped[kind] = skip
             counter["seconds"] = time.perf_counter() - ts
