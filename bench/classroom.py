@@ -35,6 +35,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 from urllib.parse import quote
 
 import psutil
@@ -60,10 +61,54 @@ def _run(self, key, compute, **kw):
         return out
     return _orig(self, key, counted, **kw)
 J.ResultCache.run = _run
+# every script run: its session, the script thread's CPU seconds and wall seconds, a fragment's or not
+from streamlit.runtime.scriptrunner import script_runner as _SR
+_runs, _orig_run = os.environ["CLASSROOM_RUNS"], _SR.ScriptRunner._run_script
+def _run_script(self, rerun_data):
+    c0, t0 = time.thread_time(), time.time()
+    try:
+        return _orig_run(self, rerun_data)
+    finally:
+        with _lock, open(_runs, "a") as f:
+            f.write(json.dumps([self._session_id, round(time.thread_time() - c0, 4), round(time.time() - t0, 3),
+                                bool(rerun_data.fragment_id_queue)]) + "\n")
+_SR.ScriptRunner._run_script = _run_script
 from streamlit.web import cli
-sys.argv = ["streamlit", "run", os.path.join(os.environ["CLASSROOM_ROOT"], "app.py")] + sys.argv[1:]
+sys.argv = ["streamlit", "run", os.environ["CLASSROOM_APP"]] + sys.argv[1:]
 sys.exit(cli.main())
 '''
+
+
+# --floor: the least a Streamlit page with the same first chart costs. A title and one st.plotly_chart of
+# FLOOR_MAPS heatmaps of n x n (the teacher's sentence's tokens on the built-in model), keyed "maps" so that
+# FIRST_MAP finds it: plain plotly and streamlit, nothing of attnviz
+FLOOR_APP = r'''
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+st.set_page_config(page_title="floor", layout="wide")
+st.title("Floor")
+n, k = {n}, {k}
+labels = [f"{{i}}·t{{i}}" for i in range(n)]
+rng = np.random.default_rng(0)
+fig = make_subplots(rows=1, cols=k, horizontal_spacing=0.05)
+for c in range(k):
+    z = rng.random((n, n))
+    fig.add_trace(go.Heatmap(z=z / z.sum(1, keepdims=True), x=labels, y=labels, colorscale="Blues", showscale=False), 1, c + 1)
+fig.update_layout(height=420, margin=dict(l=10, r=10, t=30, b=10))
+st.plotly_chart(fig, theme=None, key="maps")
+'''
+FLOOR_MAPS = 3  # attention, rollout, ATTNRESLN: MethodInfo.default_view
+FLOOR_TOKENS = {"builtin:agreement": 12, "pkg:smollm2": 5}  # TEXT's tokens (SmolLM2 reads up to the blank)
+
+
+def floor_app(n_tokens: int, k: int = FLOOR_MAPS) -> Path:
+    """A temp folder's app.py: FLOOR_APP for k maps of n_tokens x n_tokens -> its path."""
+    app = Path(tempfile.mkdtemp(prefix="classroom_floor_")) / "app.py"
+    app.write_text(FLOOR_APP.format(n=int(n_tokens), k=int(k)))
+    return app
 
 
 def free_port() -> int:
@@ -72,15 +117,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(root: Path, count_log: Path, log: Path):
+# what `attnviz app --serve` gives streamlit (attnviz.cli.SERVE_OPTIONS): no file watcher, no rerun on save,
+# the viewer's toolbar. A development server (`streamlit run app.py`, --watch here) watches every module's
+# file and walks the checkout on every new session
+SERVE_OPTIONS = ("--client.toolbarMode", "viewer", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
+                 "--browser.gatherUsageStats", "false", "--server.enableXsrfProtection", "true")
+
+
+def start_server(root: Path, count_log: Path, log: Path, app: Optional[Path] = None, watch: bool = False):
+    """`streamlit run` of root's app.py (or app) through LAUNCHER, as `attnviz app --serve` runs it (watch:
+    as a development server, file watching on) -> (process, base URL) once it accepts connections."""
     port = free_port()
     launcher = Path(tempfile.mkdtemp()) / "launch.py"
     launcher.write_text(LAUNCHER)
     env = dict(os.environ, ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1", ATTNVIZ_CACHE_DIR="off", CLASSROOM_ROOT=str(root), CLASSROOM_COUNT=str(count_log),
+               CLASSROOM_APP=str(app or root / "app.py"), CLASSROOM_RUNS=str(count_log.with_suffix(".runs")),
                PYTHONPATH=str(root))
+    if not watch:
+        env["ATTNVIZ_SERVE_MODELS"] = "[]"  # --serve: the built-in and packaged models only
+    opts = ["--browser.gatherUsageStats", "false"] if watch else list(SERVE_OPTIONS)
     proc = subprocess.Popen([sys.executable, str(launcher), "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--server.port", str(port), "--browser.gatherUsageStats", "false"],
+                             "--server.port", str(port), *opts],
                             cwd=root, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -191,18 +249,156 @@ async def open_all(url: str, n: int, timeout_s: float, render: bool = True) -> l
         return got
 
 
+def _chrome_cpu(skip: set) -> Counter:
+    """CPU seconds of this process's children outside skip (the server), by Chromium process type."""
+    out = Counter()
+    for p in psutil.Process(os.getpid()).children(recursive=True):
+        if p.pid in skip:
+            continue
+        try:
+            cmd, t = p.cmdline(), p.cpu_times()
+        except psutil.Error:
+            continue
+        kind = next((a.split("=", 1)[1] for a in cmd if a.startswith("--type=")), None)
+        if kind == "utility":
+            kind = next((a.split("=", 1)[1].split(".")[-1] for a in cmd if a.startswith("--utility-sub-type=")), kind)
+        out[kind or ("browser" if cmd and "chrom" in cmd[0] else "driver")] += t.user + t.system
+    return out
+
+
+async def one_tab(url: str, server_pid: int, quiet_s: float = 3.0, timeout_s: float = 600.0) -> dict:
+    """One browser, one tab on url, alone: seconds to the first heatmap and to the last websocket message
+    (then quiet_s without one); CPU seconds of each Chromium process type and of the server over that
+    time; Chromium's own counters (CDP Performance.getMetrics: task, script, layout, style seconds); the
+    server's messages by kind (Streamlit's ForwardMsg, new elements by type) with their bytes, and the
+    browser's (BackMsg); the page's DOM nodes, iframes and plotly charts; the HTTP requests."""
+    from playwright.async_api import async_playwright
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    sp = psutil.Process(server_pid)
+    skip = {sp.pid} | {c.pid for c in sp.children(recursive=True)}
+    got, sent, http, last = [], [], [], [time.time()]
+
+    def received(p):
+        last[0] = time.time()
+        if isinstance(p, bytes):
+            got.append(p)
+
+    def posted(p):
+        if isinstance(p, bytes):
+            sent.append(p)
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
+        page = await ctx.new_page()
+        cdp = await ctx.new_cdp_session(page)
+        await cdp.send("Performance.enable")
+        page.on("websocket", lambda ws: (ws.on("framereceived", received), ws.on("framesent", posted)))
+        page.on("requestfinished", lambda r: http.append(r.url))
+        c0, s0, t0 = _chrome_cpu(skip), sp.cpu_times(), time.time()
+        await page.goto(url, timeout=timeout_s * 1000)
+        await page.wait_for_selector(FIRST_MAP, timeout=timeout_s * 1000)
+        t_map = time.time() - t0
+        while time.time() - last[0] < quiet_s and time.time() - t0 < timeout_s:
+            await asyncio.sleep(0.2)
+        c1, s1 = _chrome_cpu(skip), sp.cpu_times()
+        met = {m["name"]: m["value"] for m in (await cdp.send("Performance.getMetrics"))["metrics"]}
+        dom = await page.evaluate("""() => ({nodes: document.getElementsByTagName('*').length,
+            iframes: document.querySelectorAll('iframe').length,
+            plotly_charts: document.querySelectorAll('.js-plotly-plot').length})""")
+        await browser.close()
+    kinds, nbytes = Counter(), Counter()
+    for p in got:
+        m = ForwardMsg.FromString(p)
+        k = m.WhichOneof("type")
+        if k == "delta":
+            k = m.delta.WhichOneof("type")
+            if k == "new_element":
+                k = m.delta.new_element.WhichOneof("type")
+        kinds[k] += 1
+        nbytes[k] += len(p)
+    back = Counter(BackMsg.FromString(p).WhichOneof("type") for p in sent)
+    cpu = {k: round(c1[k] - c0.get(k, 0), 2) for k in c1 if k != "driver"}
+    return dict(t_map_s=round(t_map, 2), t_last_msg_s=round(last[0] - t0, 2), browser_cpu_s=round(sum(cpu.values()), 2),
+                browser_cpu_by_process=cpu, server_cpu_s=round(sum(s1[:2]) - sum(s0[:2]), 2),
+                chromium={k: round(met[k], 3) for k in ("TaskDuration", "ScriptDuration", "LayoutDuration",
+                                                        "RecalcStyleDuration") if k in met},
+                dom=dom, messages=dict(kinds.most_common()), message_bytes=dict(nbytes.most_common()),
+                ws_bytes=sum(nbytes.values()), browser_messages=dict(back), http_requests=len(http),
+                script_runs=kinds.get("script_finished", 0))
+
+
+def one_tab_bench(root: Path, spec: str, k: int, app: Optional[Path] = None, watch: bool = False) -> dict:
+    """A fresh server, one tab that computes the teacher's link, then k tabs one after another on the cached
+    results (a fresh browser each) -> the first tab's and the k tabs' one_tab numbers (medians)."""
+    work = Path(tempfile.mkdtemp(prefix="classroom_tab_"))
+    proc, base = start_server(root, work / "computed.jsonl", work / "server.log", app=app, watch=watch)
+    try:
+        url = f"{base}/?model={quote(spec)}&text={quote(TEXT)}"
+        first = asyncio.run(one_tab(url, proc.pid))
+        tabs = [asyncio.run(one_tab(url, proc.pid)) for _ in range(k)]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    med = {key: round(statistics.median(t[key] for t in tabs), 2)
+           for key in ("t_map_s", "t_last_msg_s", "browser_cpu_s", "server_cpu_s", "ws_bytes")}
+    med["chromium"] = {key: round(statistics.median(t["chromium"][key] for t in tabs), 3) for key in tabs[0]["chromium"]}
+    return dict(spec=spec, app="floor" if app else "attnviz", watch=watch, first=first, cached=tabs[-1], median=med,
+                tabs=k, load_avg=os.getloadavg())
+
+
+def print_tab(r: dict) -> None:
+    what = "floor" if r["app"] == "floor" else "attnviz"
+    m, c = r["median"], r["cached"]
+    print(f"\n{r['spec']}, one tab alone, {what}" + (" (development server)" if r["watch"] else "") + ":")
+    print(f"  the first tab (computes): first heatmap {r['first']['t_map_s']} s, browser CPU {r['first']['browser_cpu_s']} s, "
+          f"server CPU {r['first']['server_cpu_s']} s, {r['first']['script_runs']} script runs")
+    print(f"  {r['tabs']} tabs on cached results (medians): first heatmap {m['t_map_s']} s, last message {m['t_last_msg_s']} s; "
+          f"browser CPU {m['browser_cpu_s']} s, server CPU {m['server_cpu_s']} s; Chromium's counters {m['chromium']}")
+    print(f"  the last tab: browser CPU by process {c['browser_cpu_by_process']}; {c['script_runs']} script runs; "
+          f"DOM {c['dom']}; {c['http_requests']} HTTP requests; {c['ws_bytes']:,} bytes over the websocket")
+    print(f"    messages: {c['messages']}")
+    print(f"    bytes:    {c['message_bytes']}")
+    print(f"    sent by the browser: {c['browser_messages']}; load average {', '.join(f'{x:.1f}' for x in r['load_avg'])}")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = True) -> dict:
+def run_stats(runs: list) -> dict:
+    """The launcher's script-run log [session, thread CPU s, wall s, fragment?] -> full runs and fragment runs
+    a session (min, median, max) and the script threads' CPU seconds in all."""
+    full, frag = Counter(), Counter()
+    for sid, _cpu, _wall, is_frag in runs:
+        (frag if is_frag else full)[sid] += 1
+        full.setdefault(sid, 0)
+    per = sorted(full.values())
+    fr = sorted(frag.get(k, 0) for k in full)
+    return dict(sessions=len(full), runs=[per[0], statistics.median(per), per[-1]] if per else [],
+                fragment_runs=[fr[0], statistics.median(fr), fr[-1]] if fr else [],
+                script_cpu_s=round(sum(r[1] for r in runs), 2))
+
+
+def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = True, app: Optional[Path] = None,
+                watch: bool = False) -> dict:
+    """One fresh server (root's app.py, or app: the floor), a warm-up page, then n sessions at once on the
+    teacher's link and one late tab -> the numbers main() prints."""
     work = Path(tempfile.mkdtemp(prefix="classroom_"))
     count_log = work / "computed.jsonl"
-    proc, base = start_server(root, count_log, work / "server.log")
+    proc, base = start_server(root, count_log, work / "server.log", app=app, watch=watch)
     try:
         warm = asyncio.run(open_all(f"{base}/?model={quote(spec)}&text={quote(WARM_TEXT)}", 1, timeout_s))[0]
         count_log.write_text("")
+        runs_log = count_log.with_suffix(".runs")
+        runs_log.write_text("")
+        load0 = os.getloadavg()
         sampler = Sampler(proc.pid)
         server = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
         s_cpu0 = cpu_seconds(server)
@@ -212,6 +408,7 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = 
         wall = time.time() - t0
         s_cpu = cpu_seconds(server) - s_cpu0
         b_cpu = sum(sampler.browser_cpu.values())
+        runs = [json.loads(line) for line in runs_log.read_text().splitlines()]
         late = asyncio.run(open_all(url, 1, timeout_s, render))[0]
         sampler.stop()
         counts = Counter()
@@ -221,12 +418,12 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = 
             counts[key] += 1
             secs[key] += s
         ok = [t for t in times if isinstance(t, float)]
-        return dict(spec=spec, root=str(root), sessions=n, render=render, warmup_s=warm, ok=len(ok),
+        return dict(spec=spec, root=str(root), app="floor" if app else "attnviz", watch=watch, sessions=n, render=render, warmup_s=warm, ok=len(ok),
                     failed=[t for t in times if not isinstance(t, float)],
                     p50_s=statistics.median(ok) if ok else None, p95_s=pct(ok, 0.95) if ok else None,
                     max_s=max(ok) if ok else None, late_tab_s=late, wall_s=wall,
                     server_peak_mb=sampler.peak / 2 ** 20, server_cpu_s=s_cpu, browser_cpu_s=b_cpu,
-                    load_avg=os.getloadavg(),
+                    load_before=load0, load_avg=os.getloadavg(), runs=run_stats(runs),
                     computed={k: [c, round(secs[k], 2)] for k, c in counts.items()})
     finally:
         proc.terminate()
@@ -280,6 +477,29 @@ def server_only(root: Path, spec: str, n: int) -> dict:
                 wall_s=(time.time() - w0) / n)
 
 
+def report(r: dict) -> None:
+    what = "floor (a title and one chart of the same maps, plain streamlit and plotly)" if r["app"] == "floor" else r["root"]
+    print(f"\n{r['spec']} ({what}), {r['sessions']} sessions at once"
+          + ("" if r["render"] else " (no chart drawn: time to the first heatmap's figure received)")
+          + (" (development server: file watching on)" if r["watch"] else "") + ":")
+    print(f"  first heatmap: p50 {r['p50_s']:.1f} s, p95 {r['p95_s']:.1f} s, max {r['max_s']:.1f} s"
+          f" ({r['ok']} drew it; failed: {r['failed'] or 'none'}); all done after {r['wall_s']:.1f} s")
+    print(f"  a late tab once cached: {r['late_tab_s'] if isinstance(r['late_tab_s'], str) else round(r['late_tab_s'], 1)} s;"
+          f" warm-up page (model load): {r['warmup_s'] if isinstance(r['warmup_s'], str) else round(r['warmup_s'], 1)} s")
+    print(f"  server: peak RSS {r['server_peak_mb']:.0f} MB, CPU {r['server_cpu_s']:.1f} s during the run; "
+          f"browsers: CPU {r['browser_cpu_s']:.1f} s; load average before: "
+          f"{', '.join(f'{x:.1f}' for x in r['load_before'])}, after: {', '.join(f'{x:.1f}' for x in r['load_avg'])}")
+    ru = r["runs"]
+    if ru["runs"]:
+        print(f"  script runs a session (min/median/max): {'/'.join(f'{x:g}' for x in ru['runs'])}, fragment runs "
+              f"{'/'.join(f'{x:g}' for x in ru['fragment_runs'])}; the script threads' CPU {ru['script_cpu_s']:.1f} s "
+              f"of the server's ({ru['sessions']} sessions)")
+    if r["app"] != "floor":
+        print("  computed (times, seconds in all):")
+        for k, (c, s) in sorted(r["computed"].items(), key=lambda kv: -kv[1][0]):
+            print(f"    {c:3d}x  {s:7.2f} s  {k}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="builtin:agreement,pkg:smollm2")
@@ -289,10 +509,26 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--no-render", action="store_true",
                     help="the browsers draw no chart: time to the first heatmap's figure arriving over each session's websocket")
+    ap.add_argument("--floor", action="store_true",
+                    help="after each model, the same bench on a trivial page with the same first chart (FLOOR_APP)")
+    ap.add_argument("--watch", action="store_true",
+                    help="run the server as a development server (file watching on) instead of as `attnviz app --serve`")
+    ap.add_argument("--one-tab", type=int, default=0, metavar="K",
+                    help="no class: one tab alone, k times on cached results (browser and server CPU, messages, DOM)")
     ap.add_argument("--server-only", type=int, default=0, metavar="N",
                     help="no browsers: N sessions of the page script (AppTest) on cached results, CPU per session")
     args = ap.parse_args(argv)
     out = []
+    if args.one_tab:
+        for spec in args.models.split(","):
+            spec = spec.strip()
+            for app in [None] + ([floor_app(FLOOR_TOKENS.get(spec, 12))] if args.floor else []):
+                r = one_tab_bench(Path(args.root).resolve(), spec, args.one_tab, app=app, watch=args.watch)
+                out.append(r)
+                print_tab(r)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
     if args.server_only:
         os.environ.update(ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                           OMP_NUM_THREADS="1", ATTNVIZ_CACHE_DIR="off")
@@ -306,19 +542,20 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(out, indent=1))
         return 0
     for spec in args.models.split(","):
-        r = bench_model(Path(args.root).resolve(), spec.strip(), args.sessions, args.timeout, not args.no_render)
+        spec = spec.strip()
+        r = bench_model(Path(args.root).resolve(), spec, args.sessions, args.timeout, not args.no_render,
+                        watch=args.watch)
         out.append(r)
-        print(f"\n{r['spec']} ({r['root']}), {r['sessions']} sessions at once"
-              + ("" if r["render"] else " (no chart drawn: time to the first heatmap's figure received)") + ":")
-        print(f"  first heatmap: p50 {r['p50_s']:.1f} s, p95 {r['p95_s']:.1f} s, max {r['max_s']:.1f} s"
-              f" ({r['ok']} drew it; failed: {r['failed'] or 'none'}); all done after {r['wall_s']:.1f} s")
-        print(f"  a late tab once cached: {r['late_tab_s'] if isinstance(r['late_tab_s'], str) else round(r['late_tab_s'], 1)} s;"
-              f" warm-up page (model load): {r['warmup_s'] if isinstance(r['warmup_s'], str) else round(r['warmup_s'], 1)} s")
-        print(f"  server: peak RSS {r['server_peak_mb']:.0f} MB, CPU {r['server_cpu_s']:.1f} s during the run; "
-              f"browsers: CPU {r['browser_cpu_s']:.1f} s; load average after: {', '.join(f'{x:.1f}' for x in r['load_avg'])}")
-        print("  computed (times, seconds in all):")
-        for k, (c, s) in sorted(r["computed"].items(), key=lambda kv: -kv[1][0]):
-            print(f"    {c:3d}x  {s:7.2f} s  {k}")
+        report(r)
+        if args.floor:  # the same harness on a page with nothing but the same first chart
+            f = bench_model(Path(args.root).resolve(), spec, args.sessions, args.timeout, not args.no_render,
+                            app=floor_app(FLOOR_TOKENS.get(spec, 12)), watch=args.watch)
+            out.append(f)
+            report(f)
+            if r["p95_s"] and f["p95_s"]:
+                print(f"  app / floor: p50 {r['p50_s'] / f['p50_s']:.2f}x, p95 {r['p95_s'] / f['p95_s']:.2f}x, browser CPU "
+                      f"{r['browser_cpu_s'] / max(f['browser_cpu_s'], 1e-9):.2f}x, server CPU "
+                      f"{r['server_cpu_s'] / max(f['server_cpu_s'], 1e-9):.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -474,6 +474,30 @@ def test_missing_builtin_falls_back_to_minilm_with_a_message(monkeypatch):
     assert len(chart(at, "maps")["data"]) == 3
 
 
+def test_a_new_link_draws_its_quick_maps_in_one_run(app_spec, lm, monkeypatch):
+    """A link nobody opened yet: the default view's part after the cheap maps (ATTNRESLN with the mixing
+    ratios), estimated under ui.INLINE_SECONDS, is computed before the page draws, so one script run draws
+    all three maps; with INLINE_SECONDS = 0 the cheap maps come first and a second run (st.rerun) draws
+    the three. Runs counted at ui.sync_url, which main.run calls once a run; the maps against analyze."""
+    from attnviz.app import ui
+
+    runs, real = [], ui.sync_url
+    monkeypatch.setattr(ui, "sync_url", lambda *a, **k: (runs.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(ui, "ASK_SECONDS", 1e9)  # no button, whatever the machine's speed
+    for inline, want, colour in ((1e9, 1, "red"), (0.0, 2, "blue")):
+        monkeypatch.setattr(ui, "INLINE_SECONDS", inline)
+        runs.clear()
+        text = f"the dogs near the {colour} doors [MASK] here ."  # no other test's sentence: nothing cached
+        at = new_app(app_spec, text=text).run()
+        no_exception(at)
+        assert len(runs) == want, (inline, len(runs))
+        ref = reference(lm, text, ui.DEFAULT_METHODS)
+        z = [arr(tr["z"]) for tr in chart(at, "maps")["data"]]
+        assert len(z) == 3
+        for got, m in zip(z, ui.DEFAULT_METHODS):
+            np.testing.assert_allclose(got, ref.maps[m].layer[0], rtol=1e-5, atol=1e-7)
+
+
 # ------------------------------------------------------------------------------------ issue 14
 
 

@@ -35,6 +35,10 @@ ENV_CAP = os.environ.get("ATTNVIZ_MAX_TOKENS")
 DEFAULT_CAP = int(ENV_CAP) if ENV_CAP else None
 # a method with a cost estimate (MethodInfo.estimate) above this waits until asked for
 ASK_SECONDS = float(os.environ.get("ATTNVIZ_ASK_SECONDS", os.environ.get("ATTNVIZ_FLOW_ASK_SECONDS", "5")))
+# a part of a streamed view (analysis(stream=True)) estimated at most this long is computed before the page
+# draws, so that a new link draws its maps once (one script run, one render) instead of the cheap ones
+# first and all of them again a moment later
+INLINE_SECONDS = float(os.environ.get("ATTNVIZ_INLINE_SECONDS", "1") or 0)
 # seconds to pause at every progress report: slow motion for tests and live demonstrations of Cancel (0: off)
 PROGRESS_PAUSE = float(os.environ.get("ATTNVIZ_PROGRESS_PAUSE", "0") or 0)
 
@@ -678,8 +682,9 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
 
     The cheap maps (attention, rollout: the trace alone) come first, in one analyze() call; the rest
     (one call with the mixing ratios; each method with its own cost estimate apart) are jobs with an
-    estimate (attnviz.jobs.plan_view, view_jobs). stream=True: only what is cached is merged in, the
-    others are listed in a.pending for run_jobs() (Explore draws the cheap maps first, then runs them).
+    estimate (attnviz.jobs.plan_view, view_jobs). stream=True: only what is cached, or estimated at most
+    INLINE_SECONDS (computed here), is merged in, the others are listed in a.pending for run_jobs()
+    (Explore draws the cheap maps first, then runs them).
     stream=False: the jobs run here (ask=False: only cached ones are used, nothing is drawn, e.g. inside a
     fragment). mixing: compute the context-mixing ratios too (Explore's exports). text_: another sentence than the sidebar's (the minimal pair), analysed at its automatic target."""
     lm = model()
@@ -709,6 +714,13 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
     elif pending and not stream:
         run_jobs(_Pending(pending, vp.n_tokens))
         a, pending = take_cached(base, todo, RESULTS.get, vp)
+    elif pending:  # streamed, but a part estimated under INLINE_SECONDS is computed before anything is drawn
+        cancelled = st.session_state.get("_cancelled", set())
+        quick = [j for j in pending if j.estimate <= min(INLINE_SECONDS, ASK_SECONDS) and j.key not in cancelled]
+        if quick:
+            run_jobs(_Pending(quick, vp.n_tokens))  # its error or "Cancelled" is said here, once
+            a, pending = take_cached(base, todo, RESULTS.get, vp)
+            pending = [j for j in pending if j.key not in {q.key for q in quick}]
     a.pending = pending
     return a
 
