@@ -2,19 +2,32 @@
 
     python bench/classroom.py                        # builtin:agreement and pkg:smollm2, 20 sessions each
     python bench/classroom.py --models builtin:agreement --sessions 5
+    python bench/classroom.py --floor                # then the same class on a plain page with the same chart
+    python bench/classroom.py --one-tab 3 --floor    # no class: one tab alone, where its CPU goes
     python bench/classroom.py --root /tmp/old        # the app of another checkout (e.g. a git worktree)
     python bench/classroom.py --server-only 5        # the server's own CPU a session, no browser
     python bench/classroom.py --no-render            # the browsers draw no chart: time to the figure received
+    python bench/classroom.py --watch                # the server as a development server (file watching on)
 
-Per model: a fresh server (`streamlit run app.py` of --root, its results cache on disk switched off so
-that nothing of an earlier run is reused), one warm-up page on another sentence (the model loads), then
-N browser contexts open the same link at the same moment. It prints, per model: the p50 / p95 / max
-time from the link's request to the first heatmap drawn, the server's memory (RSS, largest seen), the
-CPU seconds the server used during the run (the rest of the
-machine's two cores went to the browsers), and how many times each result was
+Per model: a fresh server (`streamlit run app.py` of --root with the options `attnviz app --serve` gives it:
+no file watcher, no rerun on save; its results cache on disk switched off so that nothing of an earlier run
+is reused), one warm-up page on another sentence (the model loads), then N browser contexts open the same
+link at the same moment. It prints, per model: the p50 / p95 / max time from the link's request to the
+first heatmap drawn, the server's memory (RSS, largest seen), the CPU seconds the server used during the
+run and those of the browsers (the playwright driver and Chromium), how many script runs each session
+caused (every run of the page script, counted in the server process), and how many times each result was
 computed (every computation a jobs.ResultCache ran, counted by key in the server process, so the
 old and the new app are counted alike; the goal is 1 per key). Then one more tab on the same link
 once everything is cached: what a late student waits.
+
+--floor: after each model, the same class on FLOOR_APP (a title and one st.plotly_chart of the same number
+of heatmaps of the same size, keyed like the app's first map; plain streamlit and plotly, nothing of
+attnviz): the least this machine can do with these browsers, and the app's ratio to it.
+
+--one-tab K: one browser and one tab alone, first on the uncached link, then K times on the cached results:
+the time to the first heatmap, the CPU seconds of each Chromium process type and of the server, Chromium's
+own counters (CDP Performance.getMetrics), the messages the server sent by kind (Streamlit's ForwardMsg,
+new elements by type) with their bytes, the page's DOM nodes, iframes and plotly charts.
 
 The server runs with ATTNVIZ_TORCH_THREADS=1 beside the browsers on the same machine (the numbers of
 bench/RESULTS.md come from a 2-core machine shared with other work: compare runs made one after the
@@ -61,18 +74,23 @@ def _run(self, key, compute, **kw):
         return out
     return _orig(self, key, counted, **kw)
 J.ResultCache.run = _run
-# every script run: its session, the script thread's CPU seconds and wall seconds, a fragment's or not
+# every script run (st.rerun's included: ScriptRunner loops over them inside one _run_script): its session,
+# how it ended (ScriptRunnerEvent: a full run, a run cut short by st.rerun, a fragment's) and the script
+# thread's CPU seconds since the run began
 from streamlit.runtime.scriptrunner import script_runner as _SR
-_runs, _orig_run = os.environ["CLASSROOM_RUNS"], _SR.ScriptRunner._run_script
+_runs, _orig_run, _orig_end = os.environ["CLASSROOM_RUNS"], _SR.ScriptRunner._run_script, _SR.ScriptRunner._on_script_finished
 def _run_script(self, rerun_data):
-    c0, t0 = time.thread_time(), time.time()
-    try:
-        return _orig_run(self, rerun_data)
-    finally:
-        with _lock, open(_runs, "a") as f:
-            f.write(json.dumps([self._session_id, round(time.thread_time() - c0, 4), round(time.time() - t0, 3),
-                                bool(rerun_data.fragment_id_queue)]) + "\n")
+    self._classroom_t = time.thread_time()
+    return _orig_run(self, rerun_data)
+def _on_script_finished(self, ctx, event, *a, **k):
+    t = time.thread_time()
+    with _lock, open(_runs, "a") as f:
+        f.write(json.dumps([self._session_id, getattr(event, "name", str(event)),
+                            round(t - getattr(self, "_classroom_t", t), 4)]) + "\n")
+    self._classroom_t = t
+    return _orig_end(self, ctx, event, *a, **k)
 _SR.ScriptRunner._run_script = _run_script
+_SR.ScriptRunner._on_script_finished = _on_script_finished
 from streamlit.web import cli
 sys.argv = ["streamlit", "run", os.environ["CLASSROOM_APP"]] + sys.argv[1:]
 sys.exit(cli.main())
@@ -373,17 +391,19 @@ def pct(xs, q):
 
 
 def run_stats(runs: list) -> dict:
-    """The launcher's script-run log [session, thread CPU s, wall s, fragment?] -> full runs and fragment runs
-    a session (min, median, max) and the script threads' CPU seconds in all."""
+    """The launcher's script-run log [session, how it ended, thread CPU s] -> script runs a session (min,
+    median, max; a run cut short by st.rerun counts as one), fragment runs a session, and the script
+    threads' CPU seconds in all."""
     full, frag = Counter(), Counter()
-    for sid, _cpu, _wall, is_frag in runs:
-        (frag if is_frag else full)[sid] += 1
+    for sid, event, _cpu in runs:
+        (frag if event.startswith("FRAGMENT") else full)[sid] += 1
         full.setdefault(sid, 0)
     per = sorted(full.values())
     fr = sorted(frag.get(k, 0) for k in full)
     return dict(sessions=len(full), runs=[per[0], statistics.median(per), per[-1]] if per else [],
                 fragment_runs=[fr[0], statistics.median(fr), fr[-1]] if fr else [],
-                script_cpu_s=round(sum(r[1] for r in runs), 2))
+                reruns=sum(1 for r in runs if r[1] == "SCRIPT_STOPPED_FOR_RERUN"),
+                script_cpu_s=round(sum(r[2] for r in runs), 2))
 
 
 def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = True, app: Optional[Path] = None,
@@ -492,7 +512,8 @@ def report(r: dict) -> None:
     ru = r["runs"]
     if ru["runs"]:
         print(f"  script runs a session (min/median/max): {'/'.join(f'{x:g}' for x in ru['runs'])}, fragment runs "
-              f"{'/'.join(f'{x:g}' for x in ru['fragment_runs'])}; the script threads' CPU {ru['script_cpu_s']:.1f} s "
+              f"{'/'.join(f'{x:g}' for x in ru['fragment_runs'])}, {ru['reruns']} cut short by st.rerun in all; the "
+              f"script threads' CPU {ru['script_cpu_s']:.1f} s "
               f"of the server's ({ru['sessions']} sessions)")
     if r["app"] != "floor":
         print("  computed (times, seconds in all):")
