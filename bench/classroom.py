@@ -4,6 +4,7 @@
     python bench/classroom.py --models builtin:agreement --sessions 5
     python bench/classroom.py --floor                # then the same class on a plain page with the same chart
     python bench/classroom.py --one-tab 3 --floor    # no class: one tab alone, where its CPU goes
+    python bench/classroom.py --no-browser --floor   # the server's share: 20 clients replay a browser's session
     python bench/classroom.py --root /tmp/old        # the app of another checkout (e.g. a git worktree)
     python bench/classroom.py --server-only 5        # the server's own CPU a session, no browser
     python bench/classroom.py --no-render            # the browsers draw no chart: time to the figure received
@@ -28,6 +29,12 @@ attnviz): the least this machine can do with these browsers, and the app's ratio
 the time to the first heatmap, the CPU seconds of each Chromium process type and of the server, Chromium's
 own counters (CDP Performance.getMetrics), the messages the server sent by kind (Streamlit's ForwardMsg,
 new elements by type) with their bytes, the page's DOM nodes, iframes and plotly charts.
+
+--no-browser: the server's share alone, as if each student's browser ran on its own machine. One browser
+session on the teacher's link is recorded (its HTTP requests, its websocket handshake and first message),
+then N Python clients replay it at once: every static file and the websocket (new visitors), then the page
+and the websocket only (the files in the browsers' cache). The clients run on this machine too (their CPU
+is printed).
 
 The server runs with ATTNVIZ_TORCH_THREADS=1 beside the browsers on the same machine (the numbers of
 bench/RESULTS.md come from a 2-core machine shared with other work: compare runs made one after the
@@ -63,17 +70,19 @@ FIRST_MAP = ".st-key-maps .heatmaplayer"
 LAUNCHER = r'''
 import json, os, sys, threading, time
 sys.path.insert(0, os.environ["CLASSROOM_ROOT"])
-import attnviz.jobs as J
-_log, _lock, _orig = os.environ["CLASSROOM_COUNT"], threading.Lock(), J.ResultCache.run
-def _run(self, key, compute, **kw):
-    def counted(progress):
-        t0 = time.time()
-        out = compute(progress)
-        with _lock, open(_log, "a") as f:
-            f.write(json.dumps([repr(key)[:160], round(time.time() - t0, 3)]) + "\n")
-        return out
-    return _orig(self, key, counted, **kw)
-J.ResultCache.run = _run
+_lock = threading.Lock()
+if os.environ.get("CLASSROOM_FLOOR") != "1":  # the floor's server imports nothing of attnviz (nor torch)
+    import attnviz.jobs as J
+    _log, _orig = os.environ["CLASSROOM_COUNT"], J.ResultCache.run
+    def _run(self, key, compute, **kw):
+        def counted(progress):
+            t0 = time.time()
+            out = compute(progress)
+            with _lock, open(_log, "a") as f:
+                f.write(json.dumps([repr(key)[:160], round(time.time() - t0, 3)]) + "\n")
+            return out
+        return _orig(self, key, counted, **kw)
+    J.ResultCache.run = _run
 # every script run (st.rerun's included: ScriptRunner loops over them inside one _run_script): its session,
 # how it ended (ScriptRunnerEvent: a full run, a run cut short by st.rerun, a fragment's) and the script
 # thread's CPU seconds since the run began
@@ -142,6 +151,9 @@ SERVE_OPTIONS = ("--client.toolbarMode", "viewer", "--server.fileWatcherType", "
                  "--browser.gatherUsageStats", "false", "--server.enableXsrfProtection", "true")
 
 
+STREAMLIT_ARGS: list = []  # --streamlit-arg: more options for every server this bench starts
+
+
 def start_server(root: Path, count_log: Path, log: Path, app: Optional[Path] = None, watch: bool = False):
     """`streamlit run` of root's app.py (or app) through LAUNCHER, as `attnviz app --serve` runs it (watch:
     as a development server, file watching on) -> (process, base URL) once it accepts connections."""
@@ -151,10 +163,12 @@ def start_server(root: Path, count_log: Path, log: Path, app: Optional[Path] = N
     env = dict(os.environ, ATTNVIZ_TORCH_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1", ATTNVIZ_CACHE_DIR="off", CLASSROOM_ROOT=str(root), CLASSROOM_COUNT=str(count_log),
                CLASSROOM_APP=str(app or root / "app.py"), CLASSROOM_RUNS=str(count_log.with_suffix(".runs")),
+               CLASSROOM_FLOOR="1" if app else "0",
                PYTHONPATH=str(root))
     if not watch:
         env["ATTNVIZ_SERVE_MODELS"] = "[]"  # --serve: the built-in and packaged models only
     opts = ["--browser.gatherUsageStats", "false"] if watch else list(SERVE_OPTIONS)
+    opts += STREAMLIT_ARGS
     proc = subprocess.Popen([sys.executable, str(launcher), "--server.address", "127.0.0.1", "--server.headless", "true",
                              "--server.port", str(port), *opts],
                             cwd=root, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -385,6 +399,113 @@ def print_tab(r: dict) -> None:
     print(f"    sent by the browser: {c['browser_messages']}; load average {', '.join(f'{x:.1f}' for x in r['load_avg'])}")
 
 
+async def capture_session(url: str, timeout_s: float = 600.0) -> dict:
+    """One browser session on url, recorded for replay_class: the HTTP requests it made (in order), the
+    websocket's URL and handshake headers (Streamlit's subprotocol carries the XSRF token), the cookies,
+    and the messages the browser sent over the websocket."""
+    from playwright.async_api import async_playwright
+
+    reqs, sent, hs = [], [], {}
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
+        page = await ctx.new_page()
+        cdp = await ctx.new_cdp_session(page)
+        await cdp.send("Network.enable")
+        cdp.on("Network.webSocketWillSendHandshakeRequest", lambda e: hs.update(e["request"]["headers"]))
+        page.on("requestfinished", lambda r: reqs.append(r.url))
+        page.on("websocket", lambda ws: (hs.update(ws_url=ws.url), ws.on("framesent", lambda p: sent.append(p))))
+        await page.goto(url, timeout=timeout_s * 1000)
+        await page.wait_for_selector(FIRST_MAP, timeout=timeout_s * 1000)
+        await asyncio.sleep(2)
+        cookies = await ctx.cookies()
+        await browser.close()
+    return dict(requests=reqs, sent=[p for p in sent if isinstance(p, bytes)], handshake=hs,
+                cookie="; ".join(f"{c['name']}={c['value']}" for c in cookies))
+
+
+async def replay_class(session: dict, n: int, files: bool, timeout_s: float = 600.0) -> list:
+    """n clients at once, each replaying a captured browser session with no browser: the page (and, with
+    files, every static file it loaded, 6 at a time as a browser fetches them), then the websocket with the
+    browser's first message (the script run it asks for) -> per client (seconds to the files, seconds to
+    the first heatmap's figure)."""
+    import urllib.request
+
+    import websockets
+
+    hdr = {"Cookie": session["cookie"]} if session["cookie"] else {}
+    hs = session["handshake"]
+    proto = [p.strip() for p in hs.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    page = [u for u in session["requests"] if "/static/" not in u and "/_stcore/" not in u][:1]
+    static = [u for u in session["requests"] if "/static/" in u] if files else []
+
+    def get(u):
+        with urllib.request.urlopen(urllib.request.Request(u, headers=hdr), timeout=timeout_s) as r:
+            return len(r.read())
+
+    async def client(t0):
+        sem = asyncio.Semaphore(6)
+
+        async def one(u):
+            async with sem:
+                return await asyncio.to_thread(get, u)
+
+        await asyncio.gather(*(one(u) for u in page))
+        await asyncio.gather(*(one(u) for u in static))
+        t_files = time.time() - t0
+        async with websockets.connect(hs["ws_url"], subprotocols=proto, additional_headers=hdr, max_size=None,
+                                      open_timeout=timeout_s) as ws:
+            await ws.send(session["sent"][0])
+            while True:
+                m = await asyncio.wait_for(ws.recv(), timeout_s)
+                if isinstance(m, bytes) and b'"heatmap"' in m:
+                    return t_files, time.time() - t0
+
+    t0 = time.time()
+    return await asyncio.gather(*(client(t0) for _ in range(n)))
+
+
+def no_browser_bench(root: Path, spec: str, n: int, app: Optional[Path] = None) -> dict:
+    """The server's share of a class: a fresh server, one browser session recorded on the teacher's link
+    (it computes and caches the results), then n clients at once replaying it with no browser, first with
+    every static file fetched (new visitors), then with only the page (files in the browsers' cache, or
+    served by a proxy) -> times to the first heatmap's figure and the server's CPU seconds for each."""
+    work = Path(tempfile.mkdtemp(prefix="classroom_replay_"))
+    proc, base = start_server(root, work / "computed.jsonl", work / "server.log", app=app)
+    out = dict(spec=spec, app="floor" if app else "attnviz", sessions=n)
+    try:
+        session = asyncio.run(capture_session(f"{base}/?model={quote(spec)}&text={quote(TEXT)}"))
+        out["requests"] = len(session["requests"])
+        sp, me = psutil.Process(proc.pid), psutil.Process(os.getpid())
+        for files in (True, False):
+            c0, m0 = sum(sp.cpu_times()[:2]), sum(me.cpu_times()[:2])
+            got = asyncio.run(replay_class(session, n, files))
+            ts = sorted(t for _, t in got)
+            out["with_files" if files else "page_only"] = dict(
+                files_p50_s=statistics.median(f for f, _ in got), p50_s=statistics.median(ts), p95_s=pct(ts, 0.95),
+                max_s=ts[-1], server_cpu_s=sum(sp.cpu_times()[:2]) - c0, clients_cpu_s=sum(me.cpu_times()[:2]) - m0,
+                load_avg=os.getloadavg())
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return out
+
+
+def print_no_browser(r: dict) -> None:
+    print(f"\n{r['spec']}, {r['app']}: {r['sessions']} clients at once replaying one browser session ({r['requests']} "
+          "HTTP requests and the websocket), no browser:")
+    for k, what in (("with_files", "new visitors (every static file fetched)"),
+                    ("page_only", "the page and the websocket only (static files cached)")):
+        x = r[k]
+        print(f"  {what}: first heatmap's figure p50 {x['p50_s']:.1f} s, p95 {x['p95_s']:.1f} s, max {x['max_s']:.1f} s"
+              + (f" (files done at p50 {x['files_p50_s']:.1f} s)" if k == "with_files" else "")
+              + f"; server CPU {x['server_cpu_s']:.1f} s, the clients' {x['clients_cpu_s']:.1f} s; load average "
+              f"{', '.join(f'{v:.1f}' for v in x['load_avg'])}")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -534,12 +655,27 @@ def main(argv=None) -> int:
                     help="after each model, the same bench on a trivial page with the same first chart (FLOOR_APP)")
     ap.add_argument("--watch", action="store_true",
                     help="run the server as a development server (file watching on) instead of as `attnviz app --serve`")
+    ap.add_argument("--streamlit-arg", action="append", default=[], metavar="OPTION=VALUE",
+                    help="one more option for the servers, e.g. --streamlit-arg=--runner.postScriptGC=false")
+    ap.add_argument("--no-browser", action="store_true",
+                    help="the server's share: --sessions clients replay one recorded browser session at once, no browser")
     ap.add_argument("--one-tab", type=int, default=0, metavar="K",
                     help="no class: one tab alone, k times on cached results (browser and server CPU, messages, DOM)")
     ap.add_argument("--server-only", type=int, default=0, metavar="N",
                     help="no browsers: N sessions of the page script (AppTest) on cached results, CPU per session")
     args = ap.parse_args(argv)
+    STREAMLIT_ARGS[:] = [a for opt in args.streamlit_arg for a in opt.split("=", 1)]
     out = []
+    if args.no_browser:
+        for spec in args.models.split(","):
+            spec = spec.strip()
+            for app in [None] + ([floor_app(FLOOR_TOKENS.get(spec, 12))] if args.floor else []):
+                r = no_browser_bench(Path(args.root).resolve(), spec, args.sessions, app=app)
+                out.append(r)
+                print_no_browser(r)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
     if args.one_tab:
         for spec in args.models.split(","):
             spec = spec.strip()

@@ -498,6 +498,21 @@ def test_a_new_link_draws_its_quick_maps_in_one_run(app_spec, lm, monkeypatch):
             np.testing.assert_allclose(got, ref.maps[m].layer[0], rtol=1e-5, atol=1e-7)
 
 
+def test_the_app_freezes_its_imports_out_of_the_collectors_reach(app_spec):
+    """Streamlit runs a full garbage collection after every script run; the app moves the objects of its
+    imports (torch, transformers, plotly: hundreds of thousands) out of the collector's reach once
+    (gc.freeze), so that collection stops walking them for every session and slider move. After a run the
+    frozen objects number at least those of importing torch, counted in a fresh Python."""
+    import gc
+    import subprocess
+
+    at = new_app(app_spec).run()
+    no_exception(at)
+    torch_objects = int(subprocess.run([sys.executable, "-c", "import gc, torch; print(len(gc.get_objects()))"],
+                                       capture_output=True, text=True, check=True).stdout.split()[-1])
+    assert gc.get_freeze_count() >= torch_objects > 10_000
+
+
 # ------------------------------------------------------------------------------------ issue 14
 
 
