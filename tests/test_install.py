@@ -56,12 +56,18 @@ def test_app_command_runs_streamlit_on_the_packaged_main_script(monkeypatch):
     path, argv = calls[-1]
     main = str(ROOT / "attnviz" / "app" / "main.py")
     assert path == sys.executable
+    # no file watching: Streamlit's watcher walks every imported module for each new session
     assert argv == [sys.executable, "-m", "streamlit", "run", main, "--server.address", "127.0.0.1",
-                    "--server.port", "8501", "--server.headless", "true"]
+                    "--server.port", "8501", "--server.headless", "true", "--server.fileWatcherType", "none"]
     with pytest.raises(SystemExit):
         cli.main(["app", "--port", "9123", "--address", "0.0.0.0", "--theme.base", "dark"])
     assert calls[-1][1][5:] == ["--server.address", "0.0.0.0", "--server.port", "9123", "--server.headless", "true",
-                                "--theme.base", "dark"]
+                                "--server.fileWatcherType", "none", "--theme.base", "dark"]
+    # a developer who wants the watcher back says so, and only their value is passed
+    with pytest.raises(SystemExit):
+        cli.main(["app", "--server.fileWatcherType", "auto"])
+    assert calls[-1][1][5:] == ["--server.address", "127.0.0.1", "--server.port", "8501", "--server.headless", "true",
+                                "--server.fileWatcherType", "auto"]
 
 
 def test_app_command_without_streamlit_says_what_to_install(monkeypatch, capsys):
