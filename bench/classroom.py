@@ -298,6 +298,16 @@ def _chrome_cpu(skip: set) -> Counter:
     return out
 
 
+async def _one_page(pw, domain: str):
+    """(browser, context, page, CDP session with `domain` enabled): one headless Chromium tab at 1280 × 900."""
+    browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
+    page = await ctx.new_page()
+    cdp = await ctx.new_cdp_session(page)
+    await cdp.send(domain)
+    return browser, ctx, page, cdp
+
+
 async def one_tab(url: str, server_pid: int, quiet_s: float = 3.0, timeout_s: float = 600.0) -> dict:
     """One browser, one tab on url, alone: seconds to the first heatmap and to the last websocket message
     (then quiet_s without one); CPU seconds of each Chromium process type and of the server over that
@@ -322,11 +332,7 @@ async def one_tab(url: str, server_pid: int, quiet_s: float = 3.0, timeout_s: fl
             sent.append(p)
 
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
-        ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
-        page = await ctx.new_page()
-        cdp = await ctx.new_cdp_session(page)
-        await cdp.send("Performance.enable")
+        browser, ctx, page, cdp = await _one_page(pw, "Performance.enable")
         page.on("websocket", lambda ws: (ws.on("framereceived", received), ws.on("framesent", posted)))
         page.on("requestfinished", lambda r: http.append(r.url))
         c0, s0, t0 = _chrome_cpu(skip), sp.cpu_times(), time.time()
@@ -407,11 +413,7 @@ async def capture_session(url: str, timeout_s: float = 600.0) -> dict:
 
     reqs, sent, hs = [], [], {}
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
-        ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
-        page = await ctx.new_page()
-        cdp = await ctx.new_cdp_session(page)
-        await cdp.send("Network.enable")
+        browser, ctx, page, cdp = await _one_page(pw, "Network.enable")
         cdp.on("Network.webSocketWillSendHandshakeRequest", lambda e: hs.update(e["request"]["headers"]))
         page.on("requestfinished", lambda r: reqs.append(r.url))
         page.on("websocket", lambda ws: (hs.update(ws_url=ws.url), ws.on("framesent", lambda p: sent.append(p))))

@@ -177,6 +177,18 @@ def _setup(lm, a=A, b=B):
     return ea, eb, cids
 
 
+def _every_mediator(m, n):
+    """(kind, row, column) of every mediator of every kind, after checking each map's shape (n tokens)."""
+    L, H = m.n_layers, m.n_heads
+    for kind in KINDS:
+        rows = {"attention": L, "head_output": L, "residual": L + 1}.get(kind, L)
+        cols = H if kind in ("attention", "head_output") else n
+        assert m.nie[kind].shape == (rows, cols)
+        for l in range(rows):
+            for j in range(cols):
+                yield kind, l, j
+
+
 # ------------------------------------------------------------------ against the reference
 
 @pytest.mark.parametrize("fam", FAMS)
@@ -195,17 +207,12 @@ def test_every_mediator_matches_hf_hooks(fam, tiny64, monkeypatch):
     src = _record(lm, fam, eb.ids)
     L, H, n = m.n_layers, m.n_heads, len(ea.tokens)
     checked = moved = 0
-    for kind in KINDS:
-        rows = {"attention": L, "head_output": L, "residual": L + 1}.get(kind, L)
-        cols = H if kind in ("attention", "head_output") else n
-        assert m.nie[kind].shape == (rows, cols)
-        for l in range(rows):
-            for j in range(cols):
-                ref = math.exp(_patched_z(lm, fam, ea.ids, t, cids, kind, l, j, src, monkeypatch) - z_a)
-                got = 1.0 + m.nie[kind][l, j]
-                assert got == pytest.approx(ref, rel=tol), (kind, l, j)
-                checked += 1
-                moved += abs(ref - 1) > 1e-6
+    for kind, l, j in _every_mediator(m, n):
+        ref = math.exp(_patched_z(lm, fam, ea.ids, t, cids, kind, l, j, src, monkeypatch) - z_a)
+        got = 1.0 + m.nie[kind][l, j]
+        assert got == pytest.approx(ref, rel=tol), (kind, l, j)
+        checked += 1
+        moved += abs(ref - 1) > 1e-6
     assert checked == 2 * L * H + (L + 1) * n + 2 * L * n
     assert moved > checked // 3  # most interventions change y: the comparison is not of zeros
 
@@ -288,22 +295,17 @@ def test_words_of_several_tokens_match_hf_hooks(fam, contrast, tiny64, monkeypat
                                      score=lambda ids, w=w: _word_score(lm, ids, t, w))
                    for sign, w, rec in zip((1, -1), words, recs))
 
-    L, H, n = m.n_layers, m.n_heads, len(ea.tokens)
+    n = len(ea.tokens)
     assert n == t + 1  # a causal model reads the text up to the [MASK]
     checked = moved = 0
-    for kind in KINDS:
-        rows = {"attention": L, "head_output": L, "residual": L + 1}.get(kind, L)
-        cols = H if kind in ("attention", "head_output") else n
-        assert m.nie[kind].shape == (rows, cols)
-        for l in range(rows):
-            for j in range(cols):
-                ref = math.exp(patched(ea, rec_b, kind, l, j) - z_a)
-                assert 1.0 + m.nie[kind][l, j] == pytest.approx(ref, rel=tol), (kind, l, j)
-                checked += 1
-                moved += abs(ref - 1) > 1e-6
-                if kind in m.nde:
-                    ref = math.exp(patched(eb, rec_a, kind, l, j) - z_a)
-                    assert 1.0 + m.nde[kind][l, j] == pytest.approx(ref, rel=tol), ("nde", kind, l, j)
+    for kind, l, j in _every_mediator(m, n):
+        ref = math.exp(patched(ea, rec_b, kind, l, j) - z_a)
+        assert 1.0 + m.nie[kind][l, j] == pytest.approx(ref, rel=tol), (kind, l, j)
+        checked += 1
+        moved += abs(ref - 1) > 1e-6
+        if kind in m.nde:
+            ref = math.exp(patched(eb, rec_a, kind, l, j) - z_a)
+            assert 1.0 + m.nde[kind][l, j] == pytest.approx(ref, rel=tol), ("nde", kind, l, j)
     assert moved > checked // 3
 
 
