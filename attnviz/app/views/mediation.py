@@ -122,6 +122,8 @@ if len(te.tokens_base) != len(te.tokens_cf):
 
 L, H, n = te.n_layers, lm.n_heads, len(te.tokens_base)
 trace_s = 0.05 * L * max(n, 4) / 64  # rough: one layer over 64 tokens ~ 50 ms on one CPU thread
+# contrast words of several tokens: one pair of runs per word (mediation's multi-token rule)
+trace_s *= 2 if isinstance(te.contrast_ids[0], tuple) else 1
 
 
 def _job(kinds: tuple, label: str) -> Job:
