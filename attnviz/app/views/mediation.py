@@ -107,8 +107,10 @@ k2.metric(f"B: p({C[0]}) / p({C[1]})", _num(pB[0] / pB[1]), help=f"p({C[0]}) = {
 k3.metric("Total effect: y(B) / y(A)", _factor(1 + te.total_effect),
           help=f"Vig et al.'s total effect y(B)/y(A) − 1 = {100 * te.total_effect:+,.1f} %")
 st.caption(f"A: p({C[0]}) {_pp(pA[0])} · p({C[1]}) {_pp(pA[1])}  —  B: p({C[0]}) {_pp(pB[0])} · p({C[1]}) {_pp(pB[1])}. "
-           + ("" if te.total_effect > 0 else f"The ratio does not go up from A to B: the model does not follow the "
-              f"change here, so the effects below explain a change it does not make."))
+           + ("" if te.total_effect > 0 else f"The ratio goes down from A to B: B favours '{C[1]}' over '{C[0]}' more "
+              f"than A does. If B should favour '{C[0]}' (the examples put that word first), the model does not follow "
+              f"the change here; if B should favour '{C[1]}', swap the two words so that the effects below measure "
+              f"the change the model makes."))
 for note in te.notes:
     st.caption(note)
 if abs(LOG_TE) < 1e-3:
