@@ -29,7 +29,7 @@ from ..errors import InputError
 from ..models.check import hf_forward
 from ..models.forward import final_norm, layer_forward, rope_for
 from ..text import readable_token
-from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id
+from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id, score_words
 from .core import _contrast_ids, _ctx, _extended, _from_ctx, _readers, check_model, several_tokens_note
 
 MODES = ("zero", "mean")
@@ -185,10 +185,7 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
         with torch.inference_mode():
             for w in words:
                 b, a = _logits(lm, _extended(enc, w), by_layer, mode, dtype, read=len(w.ids), rows=enc.target + 1)
-                rows = torch.arange(len(w.ids))
-                pid = torch.as_tensor(w.ids)
-                logp.append(tuple(float(torch.log_softmax(x.reshape(len(w.ids), -1).double(), -1)[rows, pid].sum())
-                                  for x in (b, a)))
+                logp.append(tuple(float(score_words(x.reshape(1, 1, len(w.ids), -1), [w])[0, 0]) for x in (b, a)))
         res.p_before = (math.exp(logp[0][0]), math.exp(logp[1][0]))
         res.p_after = (math.exp(logp[0][1]), math.exp(logp[1][1]))
         res.y_change = math.expm1((logp[0][1] - logp[1][1]) - (logp[0][0] - logp[1][0]))

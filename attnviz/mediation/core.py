@@ -45,7 +45,7 @@ import torch
 from ..errors import InputError
 from ..models.check import hf_forward
 from ..models.forward import LayerState, after_attention, apply_norm, apply_rope, final_norm, layer_forward, rope_for
-from ..trace import MULTI_TOKEN_RULE, Encoded, Word, contrast_words, encode, single_token_id
+from ..trace import MULTI_TOKEN_RULE, Encoded, Word, contrast_words, encode, score_words, single_token_id
 
 KINDS = ("attention", "head_output", "residual", "attn_block", "ffn")
 HEAD_KINDS = ("attention", "head_output")
@@ -197,28 +197,35 @@ def heads_for_share(values: np.ndarray, total: float, share: float) -> Optional[
 class _Reader:
     """What y reads from the last layer's output, at the rows t .. t+k-1.
 
-    pair=True: ids = (c1, c2), one token each; the score is z_c1 - z_c2 at the target (k = 1).
-    pair=False: ids = one contrast word's pieces, appended after the target in the run that reads
-    them; the score is log p(word) = Σ_i log p(piece_i | text, pieces_<i) at rows t+i
-    (trace.MULTI_TOKEN_RULE for causal LMs), and y = exp(score of c1 - score of c2)."""
+    ids = (c1, c2), one token each: the score is z_c1 - z_c2 at the target (k = 1).
+    word: one contrast word, its pieces appended after the target in the run that reads them: the
+    score is log p(word) = Σ_i log p(piece_i | text, pieces_<i) at rows t+i (trace.score_words), and
+    y = exp(score of c1 - score of c2)."""
 
-    ids: tuple
-    pair: bool
+    ids: tuple = ()
+    word: Optional[Word] = None
+
+    @property
+    def pair(self) -> bool:
+        return self.word is None
 
     @property
     def k(self) -> int:
-        return 1 if self.pair else len(self.ids)
+        return 1 if self.pair else len(self.word.ids)
 
-    def __call__(self, lm, h: torch.Tensor) -> torch.Tensor:
-        """h [B, k, d]: the last layer's output at rows t..t+k-1 (before the final norm) -> score [B] (float64)."""
-        x = final_norm(lm.arch, h)
+    def logits(self, lm, h: torch.Tensor) -> torch.Tensor:
+        """h [B, k, d]: the last layer's output at rows t..t+k-1 (before the final norm) -> logits [B, k, V] (float64)."""
         hp = next(iter(lm.model.parameters()))
-        logits = lm.arch.head(x.to(hp.dtype)).double()  # [B, k, V]
+        return lm.arch.head(final_norm(lm.arch, h).to(hp.dtype)).double()
+
+    def score(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [B, k, V] -> score [B]."""
         if self.pair:
             return logits[:, 0, self.ids[0]] - logits[:, 0, self.ids[1]]
-        lp = torch.log_softmax(logits, -1)
-        rows = torch.arange(self.k, device=lp.device)
-        return lp[:, rows, torch.as_tensor(self.ids, device=lp.device)].sum(-1)
+        return score_words(logits.unsqueeze(1), [self.word])[:, 0]
+
+    def __call__(self, lm, h: torch.Tensor) -> torch.Tensor:
+        return self.score(self.logits(lm, h))
 
 
 @dataclass
@@ -256,16 +263,12 @@ def _run(lm, enc: Encoded, layers: list, reader: _Reader, dtype) -> _Run:
         ctx.append(_ctx(w, st))
         x = st.resid_out
     t = enc.target
+    logits = reader.logits(lm, x[:, t:t + reader.k])
+    z = float(reader.score(logits)[0])
     if reader.pair:
-        ids = reader.ids
-        xf = final_norm(lm.arch, x[:, t:t + 1])
-        hp = next(iter(lm.model.parameters()))
-        logits = lm.arch.head(xf.to(hp.dtype))[0, 0].double()
-        logp = torch.log_softmax(logits, -1)
-        return _Run(enc, states, ctx, float(logits[ids[0]] - logits[ids[1]]),
-                    (float(logp[ids[0]].exp()), float(logp[ids[1]].exp())), reader)
-    score = float(reader(lm, x[:, t:t + reader.k])[0])
-    return _Run(enc, states, ctx, score, (math.exp(score),), reader)
+        logp = torch.log_softmax(logits[0, 0], -1)
+        return _Run(enc, states, ctx, z, tuple(float(logp[i].exp()) for i in reader.ids), reader)
+    return _Run(enc, states, ctx, z, (math.exp(z),), reader)
 
 
 def _extended(enc: Encoded, word: Word) -> Encoded:
@@ -546,7 +549,7 @@ def _readers(lm, contrast) -> tuple:
     """(pair reader, None) when both contrast words are one token each; on a causal LM with a word of
     several tokens, (None, (c1's Word, c2's Word)) scored by trace.MULTI_TOKEN_RULE; else InputError."""
     try:
-        return _Reader(_contrast_ids(lm, contrast), True), None
+        return _Reader(ids=_contrast_ids(lm, contrast)), None
     except InputError:
         if contrast is None or len(contrast) != 2:
             raise
@@ -627,7 +630,7 @@ def mediate(lm, base_text: str, counterfactual_text: str, contrast: Sequence[str
         else:
             As, Bs = [], []
             for w in words:
-                rd = _Reader(tuple(w.ids), False)
+                rd = _Reader(word=w)
                 As.append(_run(lm, _extended(a, w), layers, rd, dtype))
                 Bs.append(_run(lm, _extended(b, w), layers, rd, dtype))
             runs_a = [(1, As[0], Bs[0]), (-1, As[1], Bs[1])]
