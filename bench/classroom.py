@@ -229,6 +229,15 @@ class Sampler:
         self._t.join()
 
 
+def stop(proc) -> None:
+    """Terminate a server started by start_server, killing it if it has not exited within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def cpu_seconds(procs) -> float:
     total = 0.0
     for p in procs:
@@ -378,11 +387,7 @@ def one_tab_bench(root: Path, spec: str, k: int, app: Optional[Path] = None, wat
         first = asyncio.run(one_tab(url, proc.pid))
         tabs = [asyncio.run(one_tab(url, proc.pid)) for _ in range(k)]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     med = {key: round(statistics.median(t[key] for t in tabs), 2)
            for key in ("t_map_s", "t_last_msg_s", "browser_cpu_s", "server_cpu_s", "ws_bytes")}
     med["chromium"] = {key: round(statistics.median(t["chromium"][key] for t in tabs), 3) for key in tabs[0]["chromium"]}
@@ -488,11 +493,7 @@ def no_browser_bench(root: Path, spec: str, n: int, app: Optional[Path] = None) 
                 max_s=ts[-1], server_cpu_s=sum(sp.cpu_times()[:2]) - c0, clients_cpu_s=sum(me.cpu_times()[:2]) - m0,
                 load_avg=os.getloadavg())
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     return out
 
 
@@ -569,11 +570,7 @@ def bench_model(root: Path, spec: str, n: int, timeout_s: float, render: bool = 
                     load_before=load0, load_avg=os.getloadavg(), runs=run_stats(runs),
                     computed={k: [c, round(secs[k], 2)] for k, c in counts.items()})
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def server_only(root: Path, spec: str, n: int) -> dict:
