@@ -139,6 +139,17 @@ def _job(kinds: tuple, label: str) -> Job:
 
 
 fig_font = ui.fig_font()
+
+
+def _side_by_side():
+    """Two places for a pair of maps: columns, or (presentation mode) one under the other at the page's
+    full width, so the numbers in the cells keep room at projector fonts."""
+    return st.columns(2) if fig_font is None else (st.container(), st.container())
+
+
+FIRST, SECOND = ("left", "right") if fig_font is None else ("top", "bottom")  # where _side_by_side puts them
+
+
 labels_a = token_labels(te.tokens_base)
 rows_l = [f"L{l + 1}" for l in range(L)]
 heads_x = [f"h{h + 1}" for h in range(H)]
@@ -160,7 +171,7 @@ if hm is not None:
     line += (f"; {k80} head{'s' if k80 != 1 else ''} together carry 80 % of the change (summing their shares)."
              if k80 else "; no set of heads' attention carries 80 % of the change (summing their shares).")
     st.markdown(line)
-    g1, g2 = st.columns(2)
+    g1, g2 = _side_by_side()
     with g1:
         fig = effect_map(att, heads_x, rows_l, "Head attention from B",
                          skipped=hm.skipped.get("attention"), font=fig_font)
@@ -170,8 +181,8 @@ if hm is not None:
         st.plotly_chart(effect_map(out, heads_x, rows_l, "Head output from B",
                                    skipped=hm.skipped.get("head_output"), font=fig_font),
                         theme=None, key="med_head_out", config={"displayModeBar": False})
-    st.caption("Each cell: A run again with that head's attention weights (left) or its whole output before the "
-               "output projection (right) taken from B; the number is the share of the change of log "
+    st.caption(f"Each cell: A run again with that head's attention weights ({FIRST}) or its whole output before "
+               f"the output projection ({SECOND}) taken from B; the number is the share of the change of log "
                "p(first)/p(second) from A to B that this alone makes, in percent (100: all of it). Blue: towards B's answer, red: away. “·”: exactly 0 (nothing differs there, e.g. before "
                "the changed word in a causal model). Click a head to open it on Explore (sentence A).")
     pts = ev.selection.points if ev and ev.get("selection") else []
@@ -198,7 +209,7 @@ if rest is not None:
                 "most, and its share): " + "; ".join(spans) + ".")
     cmp = st.radio("Beside it", ["attention", "rollout", "flow"], horizontal=True, key="med_compare",
                    format_func=ui.method_label)
-    m1, m2 = st.columns(2)
+    m1, m2 = _side_by_side()
     m1.plotly_chart(effect_map(res, labels_a, rows_r, "Hidden state from B (causal tracing)",
                                skipped=rest.skipped.get("residual"), cells=n * (L + 1) <= 400, font=fig_font),
                     theme=None, key="med_map_0", config={"displayModeBar": False})
@@ -208,12 +219,12 @@ if rest is not None:
         m2.plotly_chart(row_map(cheap.maps[cmp].layer[:, t, :], labels_a, rows_l,
                                 f"{ui.method_label(cmp)}: row of {labels_a[t]} (A)", units=ui.value_name(cmp),
                                 font=fig_font), theme=None, key="med_map_1", config={"displayModeBar": False})
-    st.caption("Left: the patching map, a cause (how much of the change of log p(first)/p(second) the state at "
-               "that layer and token makes when it is taken from B). Right: the target's row of the chosen map "
+    st.caption(f"{FIRST.capitalize()}: the patching map, a cause (how much of the change of log p(first)/p(second) the state at "
+               f"that layer and token makes when it is taken from B). {SECOND.capitalize()}: the target's row of the chosen map "
                "for A at every layer (where that map says the target's information comes from). Where they agree, "
                "the map points at a cause.")
     with st.expander("Attention-block and feed-forward outputs from B"):
-        a1, a2 = st.columns(2)
+        a1, a2 = _side_by_side()
         a1.plotly_chart(effect_map(_share(rest.nie["attn_block"]), labels_a, rows_l, "Attention-block output from B",
                                    skipped=rest.skipped.get("attn_block"), cells=n * L <= 400, font=fig_font),
                         theme=None, key="med_attn_block", config={"displayModeBar": False})
