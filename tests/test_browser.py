@@ -263,7 +263,16 @@ def test_heads_click_opens_explore_and_script_text_is_text(server, browser, spec
     cols, rows = meta["C"] * (n + g) - g, meta["L"] * (n + g) - g
     x = area["x"] + area["width"] * (2 * (n + g) + n / 2) / cols
     y = area["y"] + area["height"] * (1 * (n + g) + n / 2) / rows
+    # a fifth of the way into a map a hover gives the cell's value (the click square covers the middle only)
+    page.mouse.move(area["x"] + area["width"] * (2 * (n + g) + n // 5 + 0.5) / cols,
+                    area["y"] + area["height"] * (1 * (n + g) + n // 5 + 0.5) / rows)
+    page.wait_for_function("() => /layer 2, row .*head 3, column .*: [0-9]/s.test("
+                           "(document.querySelector('.st-key-head_grid .hoverlayer') || {}).textContent || '')",
+                           timeout=60_000)
     page.mouse.move(x, y)
+    page.wait_for_function("() => /click to open/.test("
+                           "(document.querySelector('.st-key-head_grid .hoverlayer') || {}).textContent || '')",
+                           timeout=60_000)
     page.mouse.click(x, y)
     maps_title_has(page, "layer 2 · head 3")
     wait_idle(page)  # the rerun the click started has finished: the chart read next is the final one

@@ -64,8 +64,9 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
     cuts one map out of it. Its axes are categories, "layer <l>, row <label>" and "head <h>, column <label>",
     so a hover names the layer, head, row and column. With clickable=True a scatter of one invisible
     square per map (name "open", customdata [layer, head], head 0 = the layer map) makes a click
-    selectable (plotly cannot select heatmap cells); over its square a hover names the map and says a
-    click opens it (plotly shows one hover label: the square's, not the cell's under it). One colour scale (zmin .. zmax,
+    selectable (plotly cannot select heatmap cells); over its square (the middle ~40 % of the map's width)
+    a hover names the map and says a click opens it (plotly shows one hover label: the square's, not the
+    cell's under it); elsewhere a hover gives the cell's value. One colour scale (zmin .. zmax,
     default 0 .. the largest value). row_px: the height of a layer's row in pixels (default: about
     square cells in a ~1000 px wide page). column_titles=False leaves out the head names above the
     columns (the app writes them in a header row of its own)."""
@@ -103,7 +104,7 @@ def head_grid(heads: np.ndarray, layer_maps: Optional[np.ndarray], labels: Seque
         cy = [ys[l * (n + g) + mid] for c in range(C) for l in range(L)]
         cd = [[l + 1, 0 if (layer_maps is not None and c == H) else c + 1] for c in range(C) for l in range(L)]
         data.append(dict(type="scatter", x=cx, y=cy, mode="markers", name="open", customdata=cd,
-                         marker=dict(symbol="square", size=max(8, int(0.8 * (row_px or 60))), opacity=0),
+                         marker=dict(symbol="square", size=max(10, int(0.4 * (row_px or 60))), opacity=0),
                          hovertemplate=f"layer %{{customdata[0]}}, %{{text}}: click to open it on Explore<extra></extra>",
                          text=[layer_label if h == 0 else f"head {h}" for _, h in cd], showlegend=False))
     cell = min(200.0, max(60.0, 1000.0 / C))
