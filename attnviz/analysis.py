@@ -197,13 +197,16 @@ def analyze(lm, text: str, methods: Optional[Sequence[str]] = None, target: Opti
         raise ValueError(f"unknown method(s) {unknown}; known: {list(METHODS)}")
     per_method = method_options(methods, options)
     timings = {}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     enc = encode(lm, text, max_tokens, target)
     long_note = _long_input(len(enc.tokens))
     if long_note:  # said before the work starts, not after minutes of it
         warnings.warn(long_note, LongInputWarning, stacklevel=2)
     tr = _trace(lm, enc, dtype=dtype)
     timings["trace"] = time.perf_counter() - t0
+    if str(getattr(lm, "device", "cpu")).startswith("cpu"):
+        # this thread's CPU time: what the trace costs without the waits of a busy machine (jobs.trace_seconds)
+        timings["trace_cpu"] = time.thread_time() - c0
     notes = list(enc.notes) + ([long_note] if long_note else [])
     disabled = {}
     if not lm.decompositions_ok:

@@ -72,6 +72,16 @@ def rough_seconds(methods: Sequence[str], n_tokens: int, trace_seconds: float, m
     return trace_seconds * (1.0 + units / 2.0)
 
 
+def trace_seconds(a: Analysis, default: float = 0.1) -> float:
+    """The trace time that estimates scale from (rough_seconds): the trace's wall time, or, on CPU, the
+    CPU time of the thread that ran it when that is smaller. On a loaded machine the wall time counts
+    the waits for a core; an estimate made then would be kept with the cached result and put a cheap
+    method behind a button for every later visitor of that text."""
+    wall = a.timings.get("trace", default)
+    cpu = a.timings.get("trace_cpu")
+    return min(wall, cpu) if cpu is not None and cpu > 0 else wall
+
+
 def estimate_seconds(lm, method: str, n_tokens: int) -> Optional[float]:
     """The method's own estimate for this model and length, or None when it declares none."""
     est = METHODS[method].estimate

@@ -78,6 +78,31 @@ def test_view_jobs_and_their_estimates(tiny, toys):
     assert jobs.plan_view(tiny, "tiny:bert", SENTENCE, ["attention"], 500, 64).fell_back
 
 
+def test_estimates_scale_from_the_trace_cpu_time_not_the_waits_of_a_busy_machine(tiny, monkeypatch):
+    """A trace that waited 0.6 s for a core (a sleep here: wall time, no CPU) must not inflate the estimate
+    of the rest, which the app keeps with the cached result for every later visitor of the text."""
+    import time as _time
+
+    from attnviz import analysis
+
+    real = analysis._trace
+
+    def waiting(*args, **kwargs):
+        _time.sleep(0.6)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "_trace", waiting)
+    a = attnviz.analyze(tiny, SENTENCE, methods=["attention"])
+    assert a.timings["trace"] >= 0.6
+    assert 0 < a.timings["trace_cpu"] < 0.3 and jobs.trace_seconds(a) == a.timings["trace_cpu"]
+    vp = jobs.plan_view(tiny, "tiny:bert", SENTENCE, ["attention", "value_norm"], None, 64)
+    est = jobs.view_jobs(tiny, vp, jobs.trace_seconds(a))[0].estimate
+    assert est == pytest.approx(a.timings["trace_cpu"] * (1 + 2.0 / 2)) and est < 0.6
+    # without a CPU time (a result from a GPU, or an older cache) the wall time is used
+    a.timings.pop("trace_cpu")
+    assert jobs.trace_seconds(a) == a.timings["trace"]
+
+
 def test_merged_jobs_equal_one_analyze_call(tiny):
     methods = ["flow", "value_norm", "attention", "rollout", "alti"]
     vp = jobs.plan_view(tiny, "tiny:bert", SENTENCE, methods, None, 64)

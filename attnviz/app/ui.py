@@ -21,7 +21,7 @@ from attnviz import METHODS, InputError, ModelLoadError, figures
 from attnviz.text import readable_token
 # secs and time_left are the pages' too (ui.secs, ui.time_left): estimates and time left said alike everywhere
 from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,  # noqa: F401
-                          view_jobs)
+                          trace_seconds, view_jobs)
 from attnviz.models import allow
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
 from attnviz.app.store import SharedStore, cache_dir
@@ -707,7 +707,7 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
         if ask:
             show_error(e)
         return None
-    todo = view_jobs(lm, vp, base.timings.get("trace", 0.1), mixing)
+    todo = view_jobs(lm, vp, trace_seconds(base), mixing)
     a, pending = take_cached(base, todo, RESULTS.get, vp)
     if not ask:
         pending = []

@@ -10,7 +10,7 @@ import streamlit as st
 from attnviz import context, figures
 
 from attnviz.text import token_labels
-from attnviz.jobs import Job, ResultCache, rough_seconds, run
+from attnviz.jobs import Job, ResultCache, rough_seconds, run, trace_seconds
 from attnviz.errors import InputError
 from attnviz.methods import METHODS
 from attnviz.app import ui
@@ -61,7 +61,7 @@ def _sentence(spec: str, text: str, cap: int, steps: int, lm):
     a0 = ui.analysis(["attention"])  # cheap and cached: the tokens and the trace's time on this text
     if a0 is None:
         return None
-    est = rough_seconds([context.BEFORE, context.AFTER], len(a0.tokens), a0.timings.get("trace", 0.1))
+    est = rough_seconds([context.BEFORE, context.AFTER], len(a0.tokens), trace_seconds(a0))
     what = f"Splitting every layer into per-source parts (estimated {ui.secs(est)})"
     job = Job(key, ("context_mixing",), est, "the split of every layer into per-source parts",
               lambda progress: context.sentence_mixing(lm, text, target=None, max_tokens=cap, steps=steps,

@@ -114,7 +114,7 @@ def _score(lm, a, methods: tuple, baselines: tuple, contrast, ig_steps: int, inc
 _maps = tuple(m for m in methods if m in a.maps)
 _key = ("faithfulness", lm.spec, a.text, a.target, _maps, tuple(baselines), contrast, int(ig_steps),
         bool(include_target), ui.cap())
-_fwd = a.timings.get("trace", 0.0) / 2  # the trace is the model's forward and our recomputation
+_fwd = ui.trace_seconds(a, 0.0) / 2  # the trace is the model's forward and our recomputation
 _est = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps))
 _worst = F.estimate_seconds(len(a.tokens), baselines, _fwd, int(ig_steps), F.IG_MAX_STEPS)
 _note = (f", up to {ui.secs(_worst)} if integrated gradients must double their {int(ig_steps)} steps up to "
