@@ -9,7 +9,7 @@ import torch
 
 import attnviz
 from attnviz.errors import InputError
-from attnviz.mediation.ablation import knock_out
+from attnviz.mediation.ablation import knock_out, knockout
 
 TEXT = "the keys to the cabinet [MASK] on the table ."
 
@@ -100,6 +100,17 @@ def test_knock_out_scores_words_of_several_tokens(make_tiny, family, mode):
     assert k.y_change == pytest.approx(y_ref, rel=1e-4, abs=1e-7)
     assert abs(y_ref) > 1e-3  # the knock-out moves y
     assert any("several tokens" in n for n in k.notes)
+    # the one-head knockout() scores the words by the same rule: head 2.2 alone against the hooked model
+    one = knockout(lm, text, 1, 1, mode, contrast=("swims", "walks"))
+    ps = []
+    for w in words:
+        ids = torch.cat([enc.ids[:, :t + 1], torch.tensor([list(w.ids[:-1])])], 1)
+        p = _hf_probs(lm, family, [(1, 1)], mode, ids, t, rows=t + 1, read=len(w.ids))
+        ps.append(float(np.prod([float(p[i, pid]) for i, pid in enumerate(w.ids)])))
+    assert one.y_before == pytest.approx(ref["before"][0] / ref["before"][1], rel=1e-4)
+    assert one.y_after == pytest.approx(ps[0] / ps[1], rel=1e-4)
+    assert one.change == pytest.approx(one.y_after / one.y_before - 1, rel=1e-6, abs=1e-9)
+    assert abs(one.y_after / one.y_before - 1) > 1e-4 and any("several tokens" in n for n in one.notes)
 
 
 def test_builtin_agreement_knock_out_and_refusals():

@@ -30,7 +30,7 @@ from ..models.check import hf_forward
 from ..models.forward import final_norm, layer_forward, rope_for
 from ..text import readable_token
 from ..trace import DEFAULT_MAX_TOKENS, encode, predicted_id, score_words
-from .core import _contrast_ids, _ctx, _extended, _from_ctx, _readers, check_model, several_tokens_note
+from .core import _ctx, _extended, _from_ctx, _readers, check_model, several_tokens_note
 
 MODES = ("zero", "mean")
 
@@ -77,6 +77,7 @@ class Knockout:
     y_before: Optional[float] = None
     y_after: Optional[float] = None
     change: Optional[float] = None
+    notes: list = field(default_factory=list)
 
     @property
     def tvd(self) -> float:
@@ -197,14 +198,18 @@ def knockout(lm, text: str, layer: int, head: int, mode: str = "zero", contrast:
              top_k: int = 5, target: Optional[int] = None, max_tokens: int = 128) -> Knockout:
     """Knock out head `head` of layer `layer` (0-based), in the model's own precision: "zero" sets the
     head's output (before the output projection) to 0 at every position, "mean" to its mean over the
-    text's positions. Returns the target's output distribution before and after (Knockout)."""
+    text's positions. Returns the target's output distribution before and after (Knockout).
+
+    A contrast word of several tokens on a causal LM is scored as in knock_out (trace.MULTI_TOKEN_RULE,
+    said in .notes); the distributions stay those at the target."""
     check_model(lm)
     _check_mode(mode)
     L, H = len(lm.arch.layers), lm.arch.layers[0].n_heads
     if not (0 <= layer < L and 0 <= head < H):
         raise InputError(f"there is no head {layer + 1}.{head + 1}: the model has {L} layers of {H} heads")
     enc = encode(lm, text, max_tokens, target)
-    ids = _contrast_ids(lm, contrast) if contrast is not None else None
+    pair, words = _readers(lm, contrast) if contrast is not None else (None, None)
+    ids = pair.ids if pair is not None else None
     dtype = next(iter(lm.model.parameters())).dtype
     with torch.inference_mode():
         before, after = _logits(lm, enc, {layer: {head}}, mode, dtype)
@@ -217,4 +222,9 @@ def knockout(lm, text: str, layer: int, head: int, mode: str = "zero", contrast:
         zb = float(before[ids[0]] - before[ids[1]])
         za = float(after[ids[0]] - after[ids[1]])
         res.y_before, res.y_after, res.change = math.exp(zb), math.exp(za), math.expm1(za - zb)
+    if words is not None:
+        ko = knock_out(lm, text, [(layer, head)], mode, contrast=contrast, target=target, max_tokens=max_tokens,
+                       dtype=dtype)
+        res.y_before, res.y_after = ko.p_before[0] / ko.p_before[1], ko.p_after[0] / ko.p_after[1]
+        res.change, res.notes = ko.y_change, [several_tokens_note(words)]
     return res
