@@ -76,8 +76,10 @@ def trace_seconds(a: Analysis, default: float = 0.1) -> float:
     """The trace time that estimates scale from (rough_seconds): the trace's wall time, or, on CPU, the
     CPU time of the thread that ran it when that is smaller. On a loaded machine the wall time counts
     the waits for a core; an estimate made then would be kept with the cached result and put a cheap
-    method behind a button for every later visitor of that text."""
-    wall = a.timings.get("trace", default)
+    method behind a button for every later visitor of that text. `default` when a has no trace time."""
+    wall = a.timings.get("trace")
+    if wall is None:
+        return default
     cpu = a.timings.get("trace_cpu")
     return min(wall, cpu) if cpu is not None and cpu > 0 else wall
 
@@ -256,6 +258,17 @@ def first_job(lm, vp: ViewPlan, what: str = "Analysing the sentence") -> Job:
     return analysis_job(lm, vp.spec, vp.text, vp.cheap, vp.target, vp.cap, False, what=what)
 
 
+def retime(lm, a: Analysis, vp: ViewPlan) -> Analysis:
+    """a, with the time of a trace of its text measured here when it carries none (a result read from
+    the app's disk tier: app/store.py drops the times another process measured, maybe on a busy
+    machine), so that the view's estimates scale from this process's own trace. One trace, once: a is
+    the cached object, so the next visit finds the time."""
+    if "trace" not in a.timings:
+        t = analyze(lm, vp.text, methods=[], target=vp.target, max_tokens=vp.cap, mixing=False).timings
+        a.timings.update({k: t[k] for k in ("trace", "trace_cpu") if k in t})
+    return a
+
+
 def view_jobs(lm, vp: ViewPlan, trace_seconds: float, mixing: bool = False) -> list:
     """The long parts of a view: the non-cheap methods (with the mixing ratios when asked for) in one
     analyze() call, estimated from the trace's time (rough_seconds); each method with its own
@@ -282,7 +295,7 @@ def merge(a: Analysis, job: Job, result) -> None:
         a.maps.update(result.maps)
         a.mixing.update(result.mixing)
         a.disabled.update(result.disabled)
-        a.timings.update({k: v for k, v in result.timings.items() if k != "trace"})
+        a.timings.update({k: v for k, v in result.timings.items() if k not in ("trace", "trace_cpu")})
         a.notes.extend(x for x in result.notes if x not in a.notes)
 
 

@@ -1117,6 +1117,21 @@ def test_shared_store_keeps_results_on_disk_across_restarts_and_a_cancel_stores_
     assert again.run(("m", "other"), lambda progress: 5) == 5  # the next request computes it
     # the disk tier is bounded (diskcache's size limit) and off under pytest unless a folder is named
     assert SharedStore(4, folder, size_mb=2).disk.size_limit == 2 * 2 ** 20
+    # an analysis read back from disk keeps its maps but not the trace time another process measured
+    # (maybe on a busy machine); the app times one trace of the text itself (jobs.retime)
+    import attnviz
+    from attnviz import jobs
+
+    lm = attnviz.load_model("builtin:agreement")
+    text = "the keys to the cabinet [MASK] on the table ."
+    a = attnviz.analyze(lm, text, methods=["attention"])
+    a.timings.update(trace=33.0, trace_cpu=31.0)  # as if timed under load
+    first.put(("m", "analysis"), a)
+    back = SharedStore(maxsize=4, folder=folder).get(("m", "analysis"))
+    np.testing.assert_array_equal(back.maps["attention"].layer, a.maps["attention"].layer)
+    assert "trace" not in back.timings and "trace_cpu" not in back.timings
+    vp = jobs.plan_view(lm, "builtin:agreement", text, ["attention", "value_norm"], None, 128)
+    assert jobs.trace_seconds(jobs.retime(lm, back, vp)) < 1.0 and jobs.trace_seconds(a) == 31.0
 
 
 # ------------------------------------------------------------------------------------ Adversarial, Flow graph

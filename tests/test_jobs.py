@@ -101,6 +101,14 @@ def test_estimates_scale_from_the_trace_cpu_time_not_the_waits_of_a_busy_machine
     # without a CPU time (a result from a GPU, or an older cache) the wall time is used
     a.timings.pop("trace_cpu")
     assert jobs.trace_seconds(a) == a.timings["trace"]
+    # without any (read from the app's disk tier): retime measures one trace of the text here, once
+    monkeypatch.setattr(analysis, "_trace", real)
+    a.timings.pop("trace")
+    assert jobs.trace_seconds(a, default=0.7) == 0.7
+    assert jobs.retime(tiny, a, vp) is a and 0 < jobs.trace_seconds(a) < 0.3
+    again = dict(a.timings)
+    jobs.retime(tiny, a, vp)
+    assert a.timings == again  # a time already there is kept
 
 
 def test_merged_jobs_equal_one_analyze_call(tiny):

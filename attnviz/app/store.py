@@ -88,6 +88,8 @@ class SharedStore:
                 blob = disk.get(disk_key(key))
                 if blob is not None:
                     got = pickle.loads(blob)
+                    for k in ("trace", "trace_cpu"):  # timed by another process, maybe on a busy machine:
+                        getattr(got, "timings", {}).pop(k, None)  # estimates use this one's (jobs.trace_seconds)
                     self.memory.put(key, got)
                     return got
             except Exception:  # noqa: BLE001 - a damaged or foreign entry is a miss

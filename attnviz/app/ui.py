@@ -21,7 +21,7 @@ from attnviz import METHODS, InputError, ModelLoadError, figures
 from attnviz.text import readable_token
 # secs and time_left are the pages' too (ui.secs, ui.time_left): estimates and time left said alike everywhere
 from attnviz.jobs import (Cancelled, Job, ResultCache, first_job, plan_view, secs, take_cached, time_left,  # noqa: F401
-                          trace_seconds, view_jobs)
+                          retime, trace_seconds, view_jobs)
 from attnviz.models import allow
 from attnviz.models.load import builtin_names, is_builtin, packaged_available
 from attnviz.app.store import SharedStore, cache_dir
@@ -702,7 +702,7 @@ def analysis(methods: Optional[Sequence[str]] = None, ask: bool = True,
             except StreamlitAPIException:  # the row picker is already drawn in this run
                 pass
         first = first_job(lm, vp)
-        base = with_progress(first.key, first.compute, first.what)
+        base = retime(lm, with_progress(first.key, first.compute, first.what), vp)
     except InputError as e:
         if ask:
             show_error(e)
