@@ -268,11 +268,11 @@ def test_heads_click_opens_explore_and_script_text_is_text(server, browser, spec
                     area["y"] + area["height"] * (1 * (n + g) + n // 5 + 0.5) / rows)
     page.wait_for_function("() => /layer 2, row .*head 3, column .*: [0-9]/s.test("
                            "(document.querySelector('.st-key-head_grid .hoverlayer') || {}).textContent || '')",
-                           timeout=60_000)
+                           timeout=600_000)
     page.mouse.move(x, y)
     page.wait_for_function("() => /click to open/.test("
                            "(document.querySelector('.st-key-head_grid .hoverlayer') || {}).textContent || '')",
-                           timeout=60_000)
+                           timeout=600_000)
     page.mouse.click(x, y)
     maps_title_has(page, "layer 2 · head 3")
     wait_idle(page)  # the rerun the click started has finished: the chart read next is the final one
