@@ -182,16 +182,24 @@ def knock_out(lm, text: str, heads: Sequence, mode: str = "zero", *, contrast: O
         za = float(after[ids[0]] - after[ids[1]])
         res.y_change = float(torch.expm1(torch.tensor(za - zb, dtype=torch.float64)))
     if words is not None:
-        logp = []  # per word: (log p before, log p after)
-        with torch.inference_mode():
-            for w in words:
-                b, a = _logits(lm, _extended(enc, w), by_layer, mode, dtype, read=len(w.ids), rows=enc.target + 1)
-                logp.append(tuple(float(score_words(x.reshape(1, 1, len(w.ids), -1), [w])[0, 0]) for x in (b, a)))
+        logp = _word_logps(lm, enc, words, by_layer, mode, dtype)
         res.p_before = (math.exp(logp[0][0]), math.exp(logp[1][0]))
         res.p_after = (math.exp(logp[0][1]), math.exp(logp[1][1]))
         res.y_change = math.expm1((logp[0][1] - logp[1][1]) - (logp[0][0] - logp[1][0]))
         res.notes.append(several_tokens_note(words))
     return res
+
+
+def _word_logps(lm, enc, words, by_layer: dict, mode: str, dtype) -> list:
+    """Per contrast word, (log p before, log p after) the knock-out by trace.MULTI_TOKEN_RULE: a run of the
+    text up to the target with the word's pieces appended ("mean": over the text's positions up to the
+    target), its pieces' log-probabilities summed."""
+    logp = []
+    with torch.inference_mode():
+        for w in words:
+            b, a = _logits(lm, _extended(enc, w), by_layer, mode, dtype, read=len(w.ids), rows=enc.target + 1)
+            logp.append(tuple(float(score_words(x.reshape(1, 1, len(w.ids), -1), [w])[0, 0]) for x in (b, a)))
+    return logp
 
 
 def knockout(lm, text: str, layer: int, head: int, mode: str = "zero", contrast: Optional[Sequence[str]] = None,
@@ -223,8 +231,7 @@ def knockout(lm, text: str, layer: int, head: int, mode: str = "zero", contrast:
         za = float(after[ids[0]] - after[ids[1]])
         res.y_before, res.y_after, res.change = math.exp(zb), math.exp(za), math.expm1(za - zb)
     if words is not None:
-        ko = knock_out(lm, text, [(layer, head)], mode, contrast=contrast, target=target, max_tokens=max_tokens,
-                       dtype=dtype)
-        res.y_before, res.y_after = ko.p_before[0] / ko.p_before[1], ko.p_after[0] / ko.p_after[1]
-        res.change, res.notes = ko.y_change, [several_tokens_note(words)]
+        (b1, a1), (b2, a2) = _word_logps(lm, enc, words, {layer: {head}}, mode, dtype)
+        res.y_before, res.y_after, res.change = math.exp(b1 - b2), math.exp(a1 - a2), math.expm1((a1 - a2) - (b1 - b2))
+        res.notes = [several_tokens_note(words)]
     return res
